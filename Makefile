@@ -1,0 +1,40 @@
+# The two set-up commands of the README: `make demo` and `make test`. Each installs what it needs.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: help venv binaries test test-unit lint demo bench clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed  ## create the virtual environment with every Python dependency
+
+binaries: venv  ## build (first time, many minutes) or reuse the offline cluster's binaries
+	$(VENV)/bin/deploy-suite binaries
+
+test: venv binaries  ## run the project's tests (unit, integration on the offline cluster, end-to-end)
+	@$(VENV)/bin/pytest tests $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+test-unit: venv  ## only the fast unit tests (no cluster)
+	$(VENV)/bin/pytest tests/unit -q $(PYTEST_ARGS)
+
+lint: venv  ## ruff and mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+demo: venv binaries  ## bring up the offline cluster and run the sample experiment
+	$(PY) -m fixtures.demo
+
+bench: venv binaries  ## benchmarks; figures go to the README
+	$(PY) bench/bench_cluster_up.py
+
+clean:  ## remove the virtual environment and generated reports (not the binary cache)
+	rm -rf $(VENV) reports/*.html reports/*.xml

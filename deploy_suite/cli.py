@@ -1,0 +1,88 @@
+"""The ``deploy-suite`` console script.
+
+``deploy-suite cluster up | down | status`` manages the offline fake-GPU cluster (the same code
+the session fixture uses); ``deploy-suite binaries`` builds or reuses the control-plane binaries;
+``deploy-suite report LEDGER`` re-renders an HTML report from a ledger. Errors are one line on
+stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from deploy_suite.errors import ClusterError, InputError, KubeError
+
+
+def _err(message: str) -> None:
+    print(f"deploy-suite: error: {message}", file=sys.stderr, flush=True)
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="deploy-suite", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    cluster = sub.add_parser("cluster", help="manage the offline fake-GPU cluster")
+    cluster.add_argument("action", choices=["up", "down", "status"])
+    cluster.add_argument("--name", default="dev", help="cluster name; its context is offline-<name> (default: dev)")
+    cluster.add_argument("--pools", default="default",
+                         help="node pool layout: a bundled name (default, gpu-taint, multinode, scale-500) "
+                              "or a path to a pools YAML file")
+    cluster.add_argument("--kubeconfig", type=Path, default=None,
+                         help="file the cluster's kubeconfig is written to "
+                              "(default: ~/.cache/deploy-suite/kubeconfigs/offline-<name>.yaml)")
+    cluster.add_argument("--apiserver-port", type=int, default=0, help="kube-apiserver port on 127.0.0.1 "
+                                                                       "(default: a free one)")
+    cluster.add_argument("--json", action="store_true", help="print the cluster's description as JSON")
+    sub.add_parser("binaries", help="build (or reuse) the offline cluster's binaries and print their directory")
+    report = sub.add_parser("report", help="render an HTML report from a deployment_ledger.json")
+    report.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "binaries":
+            from deploy_suite.offline.binaries import ensure_binaries
+
+            print(ensure_binaries(_log).directory)
+            return 0
+        if args.command == "report":
+            from deploy_suite import report
+
+            return int(report.main(args.args))
+        from deploy_suite.offline.cluster import OfflineCluster
+
+        cluster = OfflineCluster(args.name, args.pools, args.kubeconfig, args.apiserver_port, log=_log)
+        if args.action == "up":
+            info = cluster.up()
+        elif args.action == "down":
+            info = cluster.down()
+        else:
+            info = cluster.status()
+            if not args.json:
+                print(f"cluster {info.name}: {info.state}" + (
+                    f" ({len(info.nodes)} nodes Ready, context {info.context}, kubeconfig {info.kubeconfig})"
+                    if info.state == "up" else ""))
+            if args.json:
+                print(json.dumps(info.as_dict(), indent=2))
+            return 0 if info.state == "up" else 3
+        if args.json:
+            print(json.dumps(info.as_dict(), indent=2))
+        return 0
+    except (ClusterError, InputError, KubeError) as exc:
+        _err(str(exc))
+        return 2
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

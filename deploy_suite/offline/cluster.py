@@ -1,0 +1,379 @@
+"""Lifecycle of the offline fake-GPU cluster: ``up``, ``down``, ``status``.
+
+The control plane is real: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and the
+kwok controller (which plays every kubelet) are started as host processes by
+``kwokctl create cluster --runtime binary`` from the locally built binaries, all bound to
+127.0.0.1. Our state lives under ``~/.cache/deploy-suite/kwok`` (kwok's workdir, never the user's
+``~/.kwok`` or ``~/.kube/config``), and each cluster directory carries a marker file: a cluster
+without it was not created by us and is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deploy_suite import clock
+from deploy_suite.errors import ClusterError, Conflict, KubeError, WaitTimeout
+from deploy_suite.kube import Kube, Obj
+from deploy_suite.offline import binaries, pools
+
+MARKER = "deploy-suite.json"
+CONTROLLERS = "deploy-suite-controllers"
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+# Metadata level: who did what to which object, never request or response bodies (no secrets).
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+"""
+KWOKCTL_CONFIG = """\
+kind: KwokctlConfiguration
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+options:
+  runtime: binary
+  bindAddress: 127.0.0.1
+"""
+
+Log = Callable[[str], None]
+
+
+def workdir() -> Path:
+    return binaries.cache_root() / "kwok"
+
+
+def context_name(name: str) -> str:
+    return f"offline-{name}"
+
+
+@dataclass
+class ClusterInfo:
+    name: str
+    context: str
+    kubeconfig: str
+    cluster_dir: str
+    audit_log: str
+    pools: str
+    server: str = ""
+    nodes: list[str] = field(default_factory=list)
+    state: str = "down"  # up | down | stale
+    pids: dict[str, int] = field(default_factory=dict)
+    created_at: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes.
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class OfflineCluster:
+    def __init__(self, name: str = "dev", pools_spec: str | Path = "default", kubeconfig: str | Path | None = None,
+                 apiserver_port: int = 0, log: Log = print) -> None:
+        if not _NAME.match(name):
+            raise ClusterError(f"cluster name {name!r} is not a DNS label of at most 32 characters; "
+                               "fix: use lowercase letters, digits and '-' (e.g. --name dev)")
+        self.name = name
+        self.pools_spec = str(pools_spec)
+        self.apiserver_port = apiserver_port
+        self.log = log
+        self.dir = workdir() / "clusters" / name
+        self.kubeconfig = Path(kubeconfig).resolve() if kubeconfig else \
+            binaries.cache_root() / "kubeconfigs" / f"{context_name(name)}.yaml"
+        self.context = context_name(name)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def marker_path(self) -> Path:
+        return self.dir / MARKER
+
+    def _marker(self) -> dict[str, Any] | None:
+        try:
+            data: dict[str, Any] = json.loads(self.marker_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data
+
+    def _pids(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for f in sorted((self.dir / "pids").glob("*.pid")):
+            with contextlib.suppress(OSError, ValueError):
+                found[f.stem] = int(f.read_text().strip())
+        return found
+
+    def _own_live_pids(self) -> dict[str, int]:
+        """Live processes of this cluster: recorded pids whose command line names our directory."""
+        mine = str(self.dir)
+        return {k: p for k, p in self._pids().items()
+                if _pid_alive(p) and (mine in _cmdline(p) or k == CONTROLLERS)}
+
+    def info(self) -> ClusterInfo:
+        marker = self._marker() or {}
+        return ClusterInfo(
+            name=self.name, context=self.context, kubeconfig=str(marker.get("kubeconfig", self.kubeconfig)),
+            cluster_dir=str(self.dir), audit_log=str(self.dir / "logs" / "audit.log"),
+            pools=str(marker.get("pools", self.pools_spec)), created_at=str(marker.get("created_at", "")))
+
+    def kube(self, on_command: Callable[..., None] | None = None) -> Kube:
+        return Kube(self.context, self.info().kubeconfig, on_command=on_command,
+                    user_agent=f"deploy-suite-cluster/{self.name}")
+
+    # ------------------------------------------------------------------ status
+    def status(self) -> ClusterInfo:
+        info = self.info()
+        if not self.dir.exists():
+            return info
+        if self._marker() is None:
+            info.state = "foreign"
+            return info
+        info.pids = self._own_live_pids()
+        if "kube-apiserver" not in info.pids or "etcd" not in info.pids:
+            info.state = "stale"
+            return info
+        try:
+            kube = self.kube()
+            nodes, _ = kube.list_items("Node")
+            info.server = kube.server
+            info.nodes = [n["metadata"]["name"] for n in nodes if _node_ready(n)]
+            info.state = "up"
+        except (KubeError, ClusterError) as exc:
+            info.state = "stale"
+            self.log(f"apiserver not answering: {exc}")
+        return info
+
+    # ------------------------------------------------------------------ up
+    def up(self, wait_timeout: float = 120.0) -> ClusterInfo:
+        layout = pools.load(self.pools_spec)  # bad pool input fails before anything starts
+        marker = self._marker()
+        if self.dir.exists() and marker is None:
+            raise ClusterError(f"{self.dir} exists but was not created by deploy-suite; fix: pick another "
+                               "--name (this tool never touches a cluster it did not create)")
+        if marker is not None:
+            current = self.status()
+            if current.state == "up":
+                if marker.get("pools_source") and Path(marker["pools_source"]) != Path(layout.source):
+                    raise ClusterError(f"cluster {self.name} is already up with pools {marker['pools']}; fix: "
+                                       f"`deploy-suite cluster down --name {self.name}` first, or use another --name")
+                self.log(f"cluster {self.name} is already up")
+                self._write_kubeconfig()
+                self._apply_layout(layout, wait_timeout)
+                self._ensure_controllers()
+                return self._report(self.status())
+            raise ClusterError(f"stale state directory {self.dir}: the cluster's processes are not running; "
+                               f"fix: run `deploy-suite cluster down --name {self.name}`, then `up` again")
+        if self.apiserver_port and not port_free(self.apiserver_port):
+            raise ClusterError(f"port {self.apiserver_port} on 127.0.0.1 is in use; fix: pass a free "
+                               "--apiserver-port, or 0 to pick one automatically")
+        bins = binaries.ensure_binaries(self.log)
+        started = time.monotonic()
+        self._create(bins)
+        self._write_kubeconfig()
+        self._apply_layout(layout, wait_timeout)
+        self._ensure_controllers()
+        info = self.status()
+        self.log(f"cluster {self.name} up in {time.monotonic() - started:.1f}s "
+                 f"({len(info.nodes)} nodes Ready)")
+        return self._report(info)
+
+    def _report(self, info: ClusterInfo) -> ClusterInfo:
+        self.log(f"kubeconfig: {info.kubeconfig}")
+        self.log(f"context: {info.context}")
+        return info
+
+    def _kwokctl_env(self) -> dict[str, str]:
+        return {**os.environ, "KWOK_WORKDIR": str(workdir())}
+
+    def _create(self, bins: binaries.BinarySet) -> None:
+        conf_dir = workdir() / "configs" / self.name
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        (conf_dir / "kwokctl.yaml").write_text(KWOKCTL_CONFIG)
+        (conf_dir / "audit-policy.yaml").write_text(AUDIT_POLICY)
+        cmd = [
+            str(bins.path("kwokctl")), "--name", self.name, "--config", str(conf_dir / "kwokctl.yaml"),
+            "create", "cluster", "--runtime", "binary",
+            "--kube-apiserver-binary", str(bins.path("kube-apiserver")),
+            "--kube-controller-manager-binary", str(bins.path("kube-controller-manager")),
+            "--kube-scheduler-binary", str(bins.path("kube-scheduler")),
+            "--kwok-controller-binary", str(bins.path("kwok")),
+            "--etcd-binary", str(bins.path("etcd")),
+            # kwokctl would otherwise merge into ~/.kube/config; we write our own file.
+            "--kubeconfig", str(conf_dir / "kwokctl-kubeconfig.yaml"),
+            "--kube-audit-policy", str(conf_dir / "audit-policy.yaml"),
+            "--wait", "60s",
+        ]
+        if self.apiserver_port:
+            cmd += ["--kube-apiserver-port", str(self.apiserver_port)]
+        self.log(f"starting cluster {self.name}: etcd, kube-apiserver, kube-controller-manager, "
+                 "kube-scheduler, kwok-controller")
+        with tempfile.TemporaryFile(mode="w+") as out:
+            rc = subprocess.call(cmd, env=self._kwokctl_env(), stdout=out, stderr=subprocess.STDOUT)
+            if rc != 0:
+                out.seek(0)
+                tail = out.read()[-1500:].strip()
+                if self.dir.exists():
+                    self.marker_path.write_text(json.dumps({"name": self.name, "failed": True}))
+                raise ClusterError(f"kwokctl create cluster {self.name} failed (exit {rc}): {tail}; fix: see "
+                                   f"{self.dir / 'logs'}, then `deploy-suite cluster down --name {self.name}`")
+        self.marker_path.write_text(json.dumps({
+            "name": self.name, "context": self.context, "kubeconfig": str(self.kubeconfig),
+            "pools": self.pools_spec, "pools_source": str(pools.resolve(self.pools_spec).resolve()),
+            "created_at": clock.iso_now(), "created_by": "deploy-suite"}, indent=2))
+
+    def _write_kubeconfig(self) -> None:
+        """Our own kubeconfig for this cluster, context ``offline-<name>``, written atomically."""
+        raw = yaml.safe_load((self.dir / "kubeconfig.yaml").read_text())
+        cluster = raw["clusters"][0]["cluster"]
+        user = raw["users"][0]["user"]
+        doc = {
+            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "clusters": [{"name": self.context, "cluster": cluster}],
+            "users": [{"name": self.context, "user": user}],
+            "contexts": [{"name": self.context, "context": {"cluster": self.context, "user": self.context}}],
+            "current-context": self.context,
+        }
+        self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.kubeconfig.with_name(f".{self.kubeconfig.name}.tmp")
+        tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
+        tmp.chmod(0o600)
+        tmp.replace(self.kubeconfig)
+
+    def _apply_layout(self, layout: pools.Layout, timeout: float) -> None:
+        kube = self.kube()
+        for sc in layout.storage_class_manifests():
+            kube.apply(sc)
+        for node in layout.nodes():
+            # Create (not apply): a Node's status is accepted on create, which is how kwok nodes
+            # get their capacity, allocatable and GPU count.
+            with contextlib.suppress(Conflict):
+                kube.create(node)
+        wanted = set(layout.node_names())
+
+        def all_ready(objs: dict[str, Obj]) -> tuple[bool, str]:
+            ready = {o["metadata"]["name"] for o in objs.values() if _node_ready(o)}
+            missing = sorted(wanted - ready)
+            return not missing, f"{len(wanted & ready)}/{len(wanted)} nodes Ready" + (
+                f" (waiting for {', '.join(missing[:5])})" if missing else "")
+
+        try:
+            kube.wait_for("Node", all_ready, awaited="all offline nodes Ready", timeout=timeout,
+                          label_selector="type=kwok")
+        except WaitTimeout as exc:
+            raise ClusterError(f"{exc}; fix: see {self.dir / 'logs' / 'kwok-controller.log'}") from exc
+
+    def _ensure_controllers(self) -> None:
+        pid = self._pids().get(CONTROLLERS)
+        if pid and _pid_alive(pid) and "deploy_suite.offline.controllers" in _cmdline(pid):
+            return
+        log_file = (self.dir / "logs" / f"{CONTROLLERS}.log").open("a")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "deploy_suite.offline.controllers", "--kubeconfig", str(self.kubeconfig),
+             "--context", self.context, "--cluster-dir", str(self.dir)],
+            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            cwd=self.dir)
+        (self.dir / "pids" / f"{CONTROLLERS}.pid").write_text(str(proc.pid))
+
+    # ------------------------------------------------------------------ down
+    def down(self) -> ClusterInfo:
+        info = self.info()
+        if not self.dir.exists():
+            self.log(f"cluster {self.name} is not running (nothing to remove)")
+            return info
+        marker = self._marker()
+        if marker is None:
+            raise ClusterError(f"{self.dir} was not created by deploy-suite; fix: it is left untouched, "
+                               "remove it yourself if it is yours")
+        pids = self._own_live_pids()
+        ctl = pids.pop(CONTROLLERS, None)
+        if ctl is not None:
+            _terminate([ctl])  # first, so it does not log errors while the apiserver goes away
+        bins = binaries.BinarySet(binaries.bin_dir())
+        if bins.path("kwokctl").exists():
+            conf = workdir() / "configs" / self.name / "kwokctl-kubeconfig.yaml"
+            subprocess.call([str(bins.path("kwokctl")), "--name", self.name, "delete", "cluster",
+                             "--kubeconfig", str(conf)], env=self._kwokctl_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Whatever kwokctl left (or when it is missing): our own processes, checked by command line.
+        _terminate([p for p in pids.values() if _pid_alive(p)])
+        shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(workdir() / "configs" / self.name, ignore_errors=True)
+        kubeconfig = Path(str(marker.get("kubeconfig", "")))
+        if kubeconfig.is_file():
+            kubeconfig.unlink()
+        self.log(f"cluster {self.name} is down")
+        return self.status()
+
+
+def wait_exit(pid: int, timeout: float) -> bool:
+    """Wait for any process (not only a child) to exit, by its pidfd: an event, not a poll."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+        return bool(ready) or not _pid_alive(pid)
+    finally:
+        os.close(fd)
+
+
+def _terminate(pids: list[int], grace: float = 10.0) -> None:
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for p in pids:
+        if not wait_exit(p, max(0.0, deadline - time.monotonic())):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+            wait_exit(p, 5.0)
+
+
+def _node_ready(node: Obj) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])

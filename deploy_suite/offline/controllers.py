@@ -1,0 +1,138 @@
+"""Host-process controllers that complete the offline cluster, started and stopped with it.
+
+Kubernetes has no storage provisioner without a CSI driver, so this process runs a small
+dynamic provisioner for the offline storage classes (the role external-provisioner plays on a
+real cluster): it honours ``WaitForFirstConsumer`` by waiting for the scheduler's
+``volume.kubernetes.io/selected-node`` annotation, creates a PV sized and moded like the claim,
+pre-bound through ``claimRef``, and deletes released PVs (reclaim policy ``Delete``). The real PV
+controller in kube-controller-manager does the binding.
+
+Run as ``python -m deploy_suite.offline.controllers --kubeconfig K --context C``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from deploy_suite import clock
+from deploy_suite.errors import Conflict, KubeError, NotFound
+from deploy_suite.kube import Kube, Obj
+from deploy_suite.offline.pools import PROVISIONER
+
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+
+
+def log(message: str) -> None:
+    print(f"{clock.iso_now()} {message}", flush=True)
+
+
+class Provisioner:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.classes: dict[str, Obj] = {}
+
+    def storage_class(self, name: str) -> Obj | None:
+        if name not in self.classes:
+            sc = self.kube.get_or_none("StorageClass", name)
+            if sc is None:
+                return None
+            self.classes[name] = sc
+        return self.classes[name]
+
+    def on_claim(self, etype: str, pvc: Obj) -> None:
+        if etype == "DELETED" or (pvc.get("status") or {}).get("phase") != "Pending":
+            return
+        spec = pvc.get("spec") or {}
+        if spec.get("volumeName"):
+            return  # already bound or being bound by the PV controller
+        class_name = spec.get("storageClassName")
+        sc = self.storage_class(class_name) if class_name else None
+        if sc is None or sc.get("provisioner") != PROVISIONER:
+            return
+        meta = pvc["metadata"]
+        annotations = meta.get("annotations") or {}
+        node = annotations.get(SELECTED_NODE)
+        if sc.get("volumeBindingMode") == "WaitForFirstConsumer" and not node:
+            return  # the scheduler picks the node first
+        pv: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"pvc-{meta['uid']}", "annotations": {PROVISIONED_BY: PROVISIONER}},
+            "spec": {
+                "capacity": {"storage": (spec.get("resources") or {}).get("requests", {}).get("storage", "1Gi")},
+                "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": sc.get("reclaimPolicy", "Delete"),
+                "storageClassName": class_name,
+                "volumeMode": spec.get("volumeMode", "Filesystem"),
+                "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": meta["namespace"],
+                             "name": meta["name"], "uid": meta["uid"]},
+                "hostPath": {"path": f"/var/lib/deploy-suite/pv/{meta['uid']}"},
+            },
+        }
+        if node:
+            pv["spec"]["nodeAffinity"] = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}
+        try:
+            self.kube.create(pv)
+            log(f"provisioned {pv['metadata']['name']} for {meta['namespace']}/{meta['name']}")
+        except Conflict:
+            pass
+
+    def on_volume(self, etype: str, pv: Obj) -> None:
+        meta = pv.get("metadata") or {}
+        if etype == "DELETED" or (meta.get("annotations") or {}).get(PROVISIONED_BY) != PROVISIONER:
+            return
+        if (pv.get("status") or {}).get("phase") == "Released" and \
+                (pv.get("spec") or {}).get("persistentVolumeReclaimPolicy") == "Delete":
+            self.kube.delete("PersistentVolume", meta["name"])
+            log(f"deleted released {meta['name']}")
+
+
+def run_loop(name: str, events: Callable[[], Any], handler: Callable[[str, Obj], None],
+             stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            for etype, obj in events():
+                try:
+                    handler(etype, obj)
+                except NotFound:
+                    continue
+                except KubeError as exc:
+                    log(f"{name}: {exc}")
+        except KubeError as exc:  # the watch itself failed: start over
+            log(f"{name}: watch failed: {exc}")
+            stop.wait(0.5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="deploy_suite.offline.controllers")
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--context", required=True)
+    parser.add_argument("--cluster-dir", required=True, help="the cluster's state directory")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    kube = Kube(args.context, args.kubeconfig, user_agent="deploy-suite-controllers")
+    prov = Provisioner(kube)
+    loops = [
+        ("provisioner/claims", lambda: kube.watch_events("PersistentVolumeClaim", stop), prov.on_claim),
+        ("provisioner/volumes", lambda: kube.watch_events("PersistentVolume", stop), prov.on_volume),
+    ]
+    threads = [threading.Thread(target=run_loop, args=(n, e, h, stop), daemon=True, name=n) for n, e, h in loops]
+    for t in threads:
+        t.start()
+    log(f"controllers running against context {args.context}: {', '.join(n for n, _, _ in loops)}")
+    stop.wait()
+    log("controllers stopping")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
