@@ -466,6 +466,7 @@ class Kube:
         namespace: str | None = None,
         name: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         on_progress: Callable[[str], None] | None = None,
         watch_chunk: float = 60.0,
     ) -> WaitState:
@@ -477,13 +478,15 @@ class Kube:
         the last resourceVersion; ``410 Gone`` relists.
         """
         res = self._res(kind)
-        field_selector = f"metadata.name={name}" if name else None
+        if name:
+            field_selector = ",".join(filter(None, [f"metadata.name={name}", field_selector]))
         started = clock.monotonic()
         deadline = started + timeout
         state = WaitState()
         args = ["get", res.kubectl_name, *([name] if name else []),
                 *((["-n", namespace] if namespace else ["-A"]) if res.namespaced else []),
-                *(["-l", label_selector] if label_selector else []), "--watch"]
+                *(["-l", label_selector] if label_selector else []),
+                *(["--field-selector", field_selector] if field_selector and not name else []), "--watch"]
         self._record("watch", args, "started")
         backoff = 0.05
         version: str | None = None

@@ -120,6 +120,8 @@ def ensure_binaries(log: Log = print, allow_download: bool = True) -> BinarySet:
             for b in BINARIES:
                 if b not in missing:
                     shutil.copy2(target.path(b.name), staging / b.name)
+            # DEPLOY_SUITE_NO_DOWNLOAD=1 forces the build path (tests, air-gapped mirrors).
+            allow_download = allow_download and os.environ.get("DEPLOY_SUITE_NO_DOWNLOAD") != "1"
             to_build = [b for b in missing if not (allow_download and _download(b, staging / b.name, log))]
             if to_build:
                 _build(to_build, staging, log)

@@ -310,12 +310,15 @@ class OfflineCluster:
         pid = self._pids().get(CONTROLLERS)
         if pid and _pid_alive(pid) and "deploy_suite.offline.controllers" in _cmdline(pid):
             return
-        log_file = (self.dir / "logs" / f"{CONTROLLERS}.log").open("a")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "deploy_suite.offline.controllers", "--kubeconfig", str(self.kubeconfig),
-             "--context", self.context, "--cluster-dir", str(self.dir)],
-            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            cwd=self.dir)
+        with (self.dir / "logs" / f"{CONTROLLERS}.log").open("a") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "deploy_suite.offline.controllers", "--kubeconfig", str(self.kubeconfig),
+                 "--context", self.context, "--cluster-dir", str(self.dir)],
+                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                cwd=self.dir)
+        # A daemon that outlives this process by design (like kwokctl's components); `down` stops
+        # it by pid. Marking it reaped keeps Popen from warning that it is still running.
+        proc.returncode = 0
         (self.dir / "pids" / f"{CONTROLLERS}.pid").write_text(str(proc.pid))
 
     # ------------------------------------------------------------------ down
@@ -374,6 +377,13 @@ def _terminate(pids: list[int], grace: float = 10.0) -> None:
             wait_exit(p, 5.0)
 
 
+# The node lifecycle controller taints a new node until it has seen it Ready; pods created before
+# that fail scheduling on "untolerated taint node.kubernetes.io/not-ready", so `up` waits it out.
+_LIFECYCLE_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+
+
 def _node_ready(node: Obj) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (node.get("status") or {}).get("conditions") or [])
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (node.get("status") or {}).get("conditions") or [])
+    tainted = any(t.get("key") in _LIFECYCLE_TAINTS for t in (node.get("spec") or {}).get("taints") or [])
+    return ready and not tainted

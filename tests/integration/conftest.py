@@ -1,0 +1,5 @@
+"""Integration tests run against the real offline cluster (session-scoped, see fixtures/cluster.py)."""
+
+from fixtures.cluster import cluster_kube, offline_cluster, offline_clusters, scratch_namespace
+
+__all__ = ["cluster_kube", "offline_cluster", "offline_clusters", "scratch_namespace"]
