@@ -49,15 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "binaries":
-            from deploy_suite.offline.binaries import ensure_binaries
+            from deploy_suite.offline.binaries import ensure_binaries  # noqa: PLC0415 (lazy: fast CLI start)
 
             print(ensure_binaries(_log).directory)
             return 0
         if args.command == "report":
-            from deploy_suite import report
+            from deploy_suite import report  # noqa: PLC0415
 
             return int(report.main(args.args))
-        from deploy_suite.offline.cluster import OfflineCluster
+        from deploy_suite.offline.cluster import OfflineCluster  # noqa: PLC0415
 
         cluster = OfflineCluster(args.name, args.pools, args.kubeconfig, args.apiserver_port, log=_log)
         if args.action == "up":

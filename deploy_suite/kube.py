@@ -32,10 +32,10 @@ from urllib.parse import quote
 
 import urllib3
 import yaml
-from kubernetes import client as k8s_client  # type: ignore[import-untyped]
+from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException  # type: ignore[import-untyped]
-from kubernetes.config.config_exception import ConfigException  # type: ignore[import-untyped]
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 
 from deploy_suite import clock
 from deploy_suite.errors import (
@@ -84,8 +84,7 @@ class Resource:
     @property
     def kubectl_name(self) -> str:
         """The name kubectl accepts unambiguously (plural.group for non-core kinds)."""
-        return f"{self.plural}.{self.group}" if self.group and self.group != "apps" and self.group != "batch" \
-            else self.plural
+        return f"{self.plural}.{self.group}" if self.group and self.group not in {"apps", "batch"} else self.plural
 
     def path(self, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
@@ -616,7 +615,7 @@ class Kube:
         return PortForward(argv)
 
     def close(self) -> None:
-        self.api.close()  # type: ignore[no-untyped-call]
+        self.api.close()
 
 
 def _key(obj: Obj) -> str:

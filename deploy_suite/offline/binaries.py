@@ -141,7 +141,7 @@ def _download(b: Binary, dest: Path, log: Log) -> bool:
         return False
     try:
         # A short connect timeout: on a machine without that network this fails within seconds.
-        with urllib.request.urlopen(b.release_url, timeout=3) as resp, dest.open("wb") as out:  # noqa: S310
+        with urllib.request.urlopen(b.release_url, timeout=3) as resp, dest.open("wb") as out:
             shutil.copyfileobj(resp, out)
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
         log(f"{b.name}: release download unavailable ({type(exc).__name__}); building from the Go module proxy")

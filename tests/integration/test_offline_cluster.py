@@ -196,7 +196,7 @@ def test_up_is_idempotent(offline_cluster: OfflineCluster) -> None:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300,
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300, check=False,
                           env={**os.environ, **(env or {})})
 
 
@@ -235,8 +235,11 @@ def test_an_unknown_pool_layout_is_refused() -> None:
     one_error_line(run_cli("cluster", "up", "--name", "bad1", "--pools", "nosuch"), "unknown pool layout", "default")
 
 
-@pytest.mark.parametrize("content", ["kind: NodePools\npools: [\n", "kind: NodePools\npools:\n  - name: x\n    count: two\n",
-                                     "- just a list\n"])
+@pytest.mark.parametrize("content", [
+    "kind: NodePools\npools: [\n",
+    "kind: NodePools\npools:\n  - name: x\n    count: two\n",
+    "- just a list\n",
+])
 def test_a_malformed_pool_file_is_refused(tmp_path: Path, content: str) -> None:
     f = tmp_path / "pools.yaml"
     f.write_text(content)
