@@ -1,0 +1,495 @@
+"""Unit tests of the DGD model (deploy_suite.dgd): parsing both API shapes, pod demands, knobs."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deploy_suite.dgd import (
+    KNOBS,
+    LABEL_COMPONENT,
+    LABEL_COMPONENT_TYPE,
+    LABEL_DGD_NAME,
+    Dgd,
+    EnvFrom,
+    Requirement,
+    Taint,
+    Toleration,
+    changed_knobs,
+    load_dgd,
+    parse_dgd,
+    unknown_knobs,
+)
+from deploy_suite.errors import InputError
+
+DATA = Path(__file__).parent / "data"
+
+
+def fixture(name: str) -> Dgd:
+    return load_dgd(DATA / name)
+
+
+def alpha(services: str, extra_spec: str = "", api: str = "nvidia.com/v1alpha1") -> str:
+    """A v1alpha1 DGD whose spec.services block is ``services`` (YAML indented under services)."""
+    body = textwrap.indent(textwrap.dedent(services).strip(), "    ")
+    head = f"apiVersion: {api}\nkind: DynamoGraphDeployment\nmetadata:\n  name: t\nspec:\n"
+    return f"{head}{extra_spec}  services:\n{body}\n"
+
+
+def beta(components: str) -> str:
+    body = textwrap.indent(textwrap.dedent(components).strip(), "    ")
+    head = "apiVersion: nvidia.com/v1beta1\nkind: DynamoGraphDeployment\nmetadata:\n  name: t\nspec:\n"
+    return f"{head}  components:\n{body}\n"
+
+
+# ---------------------------------------------------------------- fixtures, shape by shape
+
+FIXTURE_SHAPES = [
+    # file, api, name, [(component, type, replicas, node_count, gpus_per_pod)], total GPUs, served model
+    (
+        "dgd_v1alpha1_agg.yaml",
+        "nvidia.com/v1alpha1",
+        "qwen-agg",
+        [("Frontend", "frontend", 1, 1, 0), ("VllmWorker", "worker", 2, 1, 4)],
+        8,
+        {"VllmWorker": "Qwen/Qwen3-32B-FP8", "Frontend": None},
+    ),
+    (
+        "dgd_v1alpha1_disagg.yaml",
+        "nvidia.com/v1alpha1",
+        "llama-disagg",
+        [
+            ("Frontend", "frontend", 1, 1, 0),
+            ("VllmPrefillWorker", "prefill", 2, 1, 2),
+            ("VllmDecodeWorker", "decode", 1, 1, 4),
+        ],
+        8,
+        {
+            "VllmPrefillWorker": "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic",
+            "VllmDecodeWorker": "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic",
+        },
+    ),
+    (
+        "dgd_v1beta1.yaml",
+        "nvidia.com/v1beta1",
+        "sgl-agg",
+        [("Frontend", "frontend", 1, 1, 0), ("worker", "worker", 3, 1, 8)],
+        24,
+        {"worker": "deepseek-ai/DeepSeek-V3-NVFP4"},
+    ),
+    (
+        "dgd_multinode.yaml",
+        "nvidia.com/v1alpha1",
+        "dsr1-multinode",
+        [("Frontend", "frontend", 1, 1, 0), ("decode", "worker", 2, 2, 8), ("prefill", "worker", 1, 2, 8)],
+        48,
+        {"decode": "deepseek-ai/DeepSeek-R1"},
+    ),
+    (
+        "dgd_gaie.yaml",
+        "nvidia.com/v1beta1",
+        "llama-gaie",
+        [("Epp", "epp", 1, 1, 0), ("VllmWorker", "worker", 2, 1, 1)],
+        2,
+        {"VllmWorker": "meta-llama/Llama-3.1-8B-Instruct"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("file", "api", "name", "components", "total", "models"), FIXTURE_SHAPES)
+def test_each_fixture_normalises_to_the_same_model(file, api, name, components, total, models):
+    dgd = fixture(file)
+    assert (dgd.api_version, dgd.name) == (api, name)
+    got = [(c.name, c.type, c.replicas, c.node_count, c.gpus_per_pod) for c in dgd.components]
+    assert got == components
+    assert dgd.total_gpus() == total
+    for comp, model in models.items():
+        assert dgd.component(comp).served_model == model
+    assert dgd.unrepresentable == []
+
+
+def test_documents_before_the_dgd_are_recorded_as_other_documents():
+    dgd = fixture("dgd_v1alpha1_disagg.yaml")
+    assert [(o.kind, o.api_version, o.name) for o in dgd.other_documents] == [
+        ("ConfigMap", "v1", "engine-config"),
+        ("ComputeDomain", "resource.nvidia.com/v1beta1", "llama-domain"),
+    ]
+
+
+def test_v1alpha1_fields_are_read_into_the_component():
+    dgd = fixture("dgd_v1alpha1_agg.yaml")
+    w = dgd.component("VllmWorker")
+    assert dgd.namespace == "dynamo" and dgd.backend_framework == "vllm"
+    assert [e.name for e in dgd.env] == ["HF_HOME"]
+    assert [p.name for p in dgd.pvcs] == ["model-cache"]
+    assert w.pvc_claims == ("model-cache",)
+    assert w.env_from == (EnvFrom("secret", "hf-token-secret"),)
+    assert w.image_pull_secrets == ("nvcr-pull",)
+    assert w.shared_memory == "20Gi"
+    assert w.gpu_resource == "nvidia.com/gpu"
+    assert w.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert w.tolerations == (Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),)
+    assert w.image == "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.3.0"
+    assert w.command == ("/bin/sh", "-c")
+    secret_env = next(e for e in w.env if e.name == "HF_TOKEN")
+    assert secret_env.value is None and secret_env.value_from == {
+        "secretKeyRef": {"name": "hf-token-secret", "key": "HF_TOKEN"}
+    }
+
+
+def test_v1beta1_fields_are_read_from_the_main_container_and_pod_template():
+    w = fixture("dgd_v1beta1.yaml").component("worker")
+    assert w.pvc_claims == ("shared-model-cache",) and w.volume_names == ("cache",)
+    assert w.env_from == (EnvFrom("secret", "hf-token-secret"),)
+    assert w.shared_memory == "80Gi"
+    assert w.pod_labels == {"team": "inference"}
+    assert w.flag("--tp") == "8"
+
+
+def test_an_epp_component_keeps_its_type_and_sidecars_add_no_gpus():
+    dgd = fixture("dgd_gaie.yaml")
+    assert dgd.component("Epp").type == "epp"
+    assert dgd.component("VllmWorker").gpus_per_pod == 1
+
+
+# ---------------------------------------------------------------- GPU counting
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        ("limits: {gpu: '4'}\n  requests: {gpu: '4'}", 4),
+        ("limits: {gpu: '4'}", 4),
+        ("requests: {gpu: '2'}", 2),
+        ("limits: {gpu: '4'}\n  requests: {gpu: '2'}", 4),
+        ("limits: {gpu: 1}", 1),
+    ],
+)
+def test_v1alpha1_gpu_request_and_limit_are_counted_once(resources, expected):
+    body = "W:\n  componentType: worker\n  resources:\n    " + resources.replace("\n", "\n  ")
+    assert parse_dgd(alpha(body)).component("W").gpus_per_pod == expected
+
+
+def test_v1beta1_gpu_request_and_limit_are_counted_once():
+    text = beta(
+        """
+        - name: w
+          type: worker
+          podTemplate:
+            spec:
+              containers:
+              - name: main
+                image: x
+                resources: {requests: {nvidia.com/gpu: "2"}, limits: {nvidia.com/gpu: "2"}}
+        """
+    )
+    assert parse_dgd(text).component("w").gpus_per_pod == 2
+
+
+def test_a_custom_gpu_type_names_the_resource():
+    body = "W:\n  componentType: worker\n  resources:\n    limits: {gpu: '1', gpuType: nvidia.com/mig-1g.10gb}"
+    w = parse_dgd(alpha(body)).component("W")
+    assert (w.gpu_resource, w.gpus_per_pod) == ("nvidia.com/mig-1g.10gb", 1)
+
+
+def test_init_containers_follow_the_kubernetes_effective_request_rule():
+    text = beta(
+        """
+        - name: w
+          type: worker
+          podTemplate:
+            spec:
+              initContainers:
+              - {name: warm, image: x, resources: {limits: {nvidia.com/gpu: "4"}}}
+              containers:
+              - {name: main, image: x, resources: {limits: {nvidia.com/gpu: "2"}}}
+        """
+    )
+    assert parse_dgd(text).component("w").gpus_per_pod == 4
+
+
+# ---------------------------------------------------------------- served model name
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "env", "expected"),
+    [
+        ([], ["--model", "m/a"], {}, "m/a"),
+        ([], ["--model=m/a"], {}, "m/a"),
+        ([], ["--model-path", "/p", "--served-model-name", "served"], {}, "served"),
+        ([], ["--served-model-name=served", "--model", "m"], {}, "served"),
+        (["/bin/sh", "-c"], ["python3 -m dynamo.vllm --model $M --tp 2"], {"M": "org/m"}, "org/m"),
+        (["sh", "-c", "exec python3 -m dynamo.vllm --model=${M}"], [], {"M": "org/m"}, "org/m"),
+        ([], ["--model-path", "$(M)"], {"M": "k8s/m"}, "k8s/m"),
+        ([], ["--model-path", "/models/x"], {}, "/models/x"),
+        ([], ["--model", "$UNSET"], {}, "$UNSET"),
+        (["python3", "-m", "dynamo.frontend"], [], {}, None),
+    ],
+)
+def test_served_model_is_found_in_command_and_args(command, args, env, expected):
+    container = {"name": "main", "image": "x", "command": command, "args": args}
+    container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    doc = {
+        "apiVersion": "nvidia.com/v1beta1",
+        "kind": "DynamoGraphDeployment",
+        "metadata": {"name": "t"},
+        "spec": {"components": [{"name": "w", "type": "worker", "podTemplate": {"spec": {"containers": [container]}}}]},
+    }
+    assert parse_dgd(yaml.safe_dump(doc)).component("w").served_model == expected
+
+
+# ---------------------------------------------------------------- scheduling constraints
+
+
+def test_required_node_affinity_tolerations_and_pod_anti_affinity_are_parsed():
+    body = """
+    W:
+      componentType: worker
+      extraPodSpec:
+        tolerations:
+        - {operator: Exists}
+        - {key: dedicated, value: gpu, effect: NoSchedule}
+        affinity:
+          nodeAffinity:
+            requiredDuringSchedulingIgnoredDuringExecution:
+              nodeSelectorTerms:
+              - matchExpressions:
+                - {key: gpu.count, operator: Gt, values: ["4"]}
+                - {key: zone, operator: NotIn, values: [a, b]}
+              - matchFields:
+                - {key: metadata.name, operator: In, values: [n1]}
+            preferredDuringSchedulingIgnoredDuringExecution:
+            - weight: 1
+              preference: {matchExpressions: [{key: x, operator: Weird}]}
+          podAntiAffinity:
+            requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchLabels: {app: w}}
+              topologyKey: topology.kubernetes.io/zone
+              namespaces: [other]
+          podAffinity:
+            requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector: {matchExpressions: [{key: app, operator: Exists}]}
+              topologyKey: kubernetes.io/hostname
+              namespaceSelector: {}
+    """
+    dgd = parse_dgd(alpha(body))
+    w = dgd.component("W")
+    assert dgd.unrepresentable == []  # preferred terms are ignored, even malformed ones
+    assert w.node_affinity == [
+        [Requirement("gpu.count", "Gt", ("4",)), Requirement("zone", "NotIn", ("a", "b"))],
+        [Requirement("metadata.name", "In", ("n1",))],
+    ]
+    assert w.tolerations == (Toleration("", "Exists"), Toleration("dedicated", "Equal", "gpu", "NoSchedule"))
+    (anti,) = w.pod_anti_affinity
+    assert (anti.topology_key, anti.namespaces, anti.all_namespaces) == (
+        "topology.kubernetes.io/zone",
+        ("other",),
+        False,
+    )
+    (aff,) = w.pod_affinity
+    assert aff.all_namespaces
+
+
+@pytest.mark.parametrize(
+    ("toleration", "taint", "tolerated"),
+    [
+        (Toleration("", "Exists"), Taint("anything", "v", "NoExecute"), True),
+        (Toleration("k", "Exists"), Taint("k", "v", "NoSchedule"), True),
+        (Toleration("k", "Equal", "v"), Taint("k", "v", "NoSchedule"), True),
+        (Toleration("k", "Equal", "v"), Taint("k", "other", "NoSchedule"), False),
+        (Toleration("k", "Equal", "v", "NoExecute"), Taint("k", "v", "NoSchedule"), False),
+        (Toleration("k", "Exists", "", "NoSchedule"), Taint("k", "", "NoSchedule"), True),
+        (Toleration("other", "Exists"), Taint("k", "", "NoSchedule"), False),
+        (Toleration("k", "Equal", ""), Taint("k", "", "NoSchedule"), True),
+    ],
+)
+def test_tolerations_match_taints_like_kubernetes(toleration, taint, tolerated):
+    assert toleration.tolerates(taint) is tolerated
+
+
+@pytest.mark.parametrize(
+    ("req", "labels", "matches"),
+    [
+        (Requirement("a", "In", ("1", "2")), {"a": "2"}, True),
+        (Requirement("a", "In", ("1",)), {}, False),
+        (Requirement("a", "NotIn", ("1",)), {}, True),
+        (Requirement("a", "NotIn", ("1",)), {"a": "1"}, False),
+        (Requirement("a", "Exists"), {"a": ""}, True),
+        (Requirement("a", "DoesNotExist"), {"a": "x"}, False),
+        (Requirement("a", "Gt", ("4",)), {"a": "8"}, True),
+        (Requirement("a", "Gt", ("4",)), {"a": "4"}, False),
+        (Requirement("a", "Lt", ("4",)), {"a": "3"}, True),
+        (Requirement("a", "Gt", ("4",)), {"a": "eight"}, False),
+        (Requirement("a", "Lt", ("4",)), {}, False),
+    ],
+)
+def test_match_expressions_follow_kubernetes_operators(req, labels, matches):
+    assert req.matches(labels) is matches
+
+
+# ---------------------------------------------------------------- unrepresentable -> recorded, not raised
+
+UNREPRESENTABLE = [
+    (
+        "DRA resourceClaims",
+        alpha("W:\n  componentType: worker\n  extraPodSpec:\n    resourceClaims: [{name: gpu}]"),
+        "resourceClaims",
+    ),
+    ("DRA service claims", alpha("W:\n  componentType: worker\n  resources:\n    claims: [{name: gpu}]"), "claims"),
+    (
+        "unsupported affinity operator",
+        alpha(
+            "W:\n  extraPodSpec:\n    affinity:\n      nodeAffinity:\n"
+            "        requiredDuringSchedulingIgnoredDuringExecution:\n"
+            "          nodeSelectorTerms: [{matchExpressions: [{key: a, operator: Equals, values: [b]}]}]"
+        ),
+        "operator 'Equals'",
+    ),
+    ("unknown apiVersion", alpha("W:\n  componentType: worker", api="nvidia.com/v2"), "apiVersion"),
+    ("templated replicas", alpha("W:\n  replicas: '${REPLICAS}'"), "replicas"),
+    ("non-integer GPU count", alpha("W:\n  resources:\n    limits: {gpu: '1.5'}"), "not a whole number"),
+    ("two DGDs", alpha("W: {}") + "---\n" + alpha("V: {}"), "2 DynamoGraphDeployments"),
+    (
+        "namespace selector by label",
+        alpha(
+            "W:\n  extraPodSpec:\n    affinity:\n      podAntiAffinity:\n"
+            "        requiredDuringSchedulingIgnoredDuringExecution:\n"
+            "        - {labelSelector: {}, topologyKey: h, namespaceSelector: {matchLabels: {a: b}}}"
+        ),
+        "namespaceSelector",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "needle"), UNREPRESENTABLE, ids=[c[0] for c in UNREPRESENTABLE])
+def test_what_the_model_cannot_represent_is_recorded_with_a_reason(case, text, needle):
+    dgd = parse_dgd(text)
+    assert dgd.unrepresentable, case
+    assert any(needle in why for why in dgd.unrepresentable), dgd.unrepresentable
+
+
+# ---------------------------------------------------------------- input errors
+
+INPUT_ERRORS = [
+    ("not YAML", "a: [unclosed", "not valid YAML"),
+    ("no DGD", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "no DynamoGraphDeployment"),
+    ("a scalar document", "just a string\n", "expected a Kubernetes object"),
+    (
+        "services as a list",
+        "apiVersion: nvidia.com/v1alpha1\nkind: DynamoGraphDeployment\nmetadata: {name: t}\nspec:\n  services: [a]\n",
+        "spec.services",
+    ),
+    (
+        "components as a map",
+        "apiVersion: nvidia.com/v1beta1\nkind: DynamoGraphDeployment\nmetadata: {name: t}\n"
+        "spec:\n  components: {a: 1}\n",
+        "spec.components",
+    ),
+    ("no metadata.name", "apiVersion: nvidia.com/v1beta1\nkind: DynamoGraphDeployment\nspec: {}\n", "metadata.name"),
+    ("no main container", beta("- name: w\n  podTemplate: {spec: {containers: [{name: app, image: x}]}}"), "main"),
+    ("replicas as a list", alpha("W:\n  replicas: [1]"), "replicas"),
+    ("negative replicas", alpha("W:\n  replicas: -1"), "negative"),
+    ("args not a list", alpha("W:\n  extraPodSpec:\n    mainContainer: {args: '--model x'}"), "args"),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "needle"), INPUT_ERRORS, ids=[c[0] for c in INPUT_ERRORS])
+def test_malformed_input_raises_a_one_line_input_error_naming_input_and_fix(case, text, needle):
+    with pytest.raises(InputError) as err:
+        parse_dgd(text, "user_provided_dgd.yaml")
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("user_provided_dgd.yaml: ")
+    assert "fix:" in message and needle in message
+
+
+def test_an_unreadable_file_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="cannot read"):
+        load_dgd(tmp_path / "missing.yaml")
+
+
+# ---------------------------------------------------------------- pod demands
+
+
+def test_pod_demands_expand_every_component_replica_and_node():
+    dgd = fixture("dgd_multinode.yaml")
+    demands = dgd.pod_demands()
+    assert [d.name for d in demands] == [
+        "Frontend-0",
+        "decode-0-0",
+        "decode-0-1",
+        "decode-1-0",
+        "decode-1-1",
+        "prefill-0-0",
+        "prefill-0-1",
+    ]
+    assert sum(d.gpus for d in demands) == dgd.total_gpus() == 48
+
+
+def test_pod_demands_carry_the_operator_labels_and_constraints():
+    dgd = fixture("dgd_v1alpha1_agg.yaml")
+    w = [d for d in dgd.pod_demands() if d.component == "VllmWorker"]
+    assert len(w) == 2
+    assert w[0].labels[LABEL_DGD_NAME] == "qwen-agg"
+    assert w[0].labels[LABEL_COMPONENT] == "VllmWorker"
+    assert w[0].labels[LABEL_COMPONENT_TYPE] == "worker"
+    assert w[0].scheduling.node_selector == (("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),)
+    assert w[0].namespace == "dynamo"
+    assert dgd.pod_demands("elsewhere")[0].namespace == "elsewhere"
+
+
+def test_zero_replicas_produce_no_pod_demands():
+    dgd = parse_dgd(alpha("W:\n  replicas: 0\n  resources:\n    limits: {gpu: '8'}"))
+    assert dgd.pod_demands() == [] and dgd.total_gpus() == 0
+
+
+# ---------------------------------------------------------------- knobs
+
+KNOB_TABLE = [
+    ("dgd_v1alpha1_agg.yaml", "framework", "vllm"),
+    ("dgd_v1alpha1_agg.yaml", "mode", "agg"),
+    ("dgd_v1alpha1_agg.yaml", "model", "Qwen/Qwen3-32B-FP8"),
+    ("dgd_v1alpha1_agg.yaml", "precision", "fp8"),
+    ("dgd_v1alpha1_agg.yaml", "tensor_parallel_size", {"VllmWorker": 4}),
+    ("dgd_v1alpha1_agg.yaml", "gpu_type", "NVIDIA-H100-80GB-HBM3"),
+    ("dgd_v1alpha1_agg.yaml", "replicas", {"Frontend": 1, "VllmWorker": 2}),
+    ("dgd_v1alpha1_agg.yaml", "gpus_per_worker", {"VllmWorker": 4}),
+    ("dgd_v1alpha1_disagg.yaml", "mode", "disagg"),
+    ("dgd_v1alpha1_disagg.yaml", "tensor_parallel_size", {"VllmPrefillWorker": 2, "VllmDecodeWorker": 4}),
+    ("dgd_v1beta1.yaml", "framework", "sglang"),
+    ("dgd_v1beta1.yaml", "precision", "nvfp4"),
+    ("dgd_v1beta1.yaml", "data_parallel_size", {"worker": 2}),
+    ("dgd_v1beta1.yaml", "pipeline_parallel_size", {"worker": None}),
+    ("dgd_v1beta1.yaml", "gpu_type", "NVIDIA-B200"),
+    ("dgd_multinode.yaml", "mode", "disagg"),
+    ("dgd_multinode.yaml", "gpus_per_worker", {"decode": 16, "prefill": 16}),
+    ("dgd_gaie.yaml", "precision", "fp8"),
+    ("dgd_gaie.yaml", "mode", "agg"),
+]
+
+
+@pytest.mark.parametrize(("file", "knob", "value"), KNOB_TABLE)
+def test_knobs_read_the_documented_value(file, knob, value):
+    assert fixture(file).knobs([knob]) == {knob: value}
+
+
+def test_every_knob_is_documented_and_readable():
+    values = fixture("dgd_v1alpha1_agg.yaml").knobs()
+    assert set(values) == set(KNOBS)
+    assert all(k.doc for k in KNOBS.values())
+
+
+def test_unknown_knob_names_are_detected():
+    assert unknown_knobs(["mode", "precison", "tp"]) == ["precison", "tp"]
+    with pytest.raises(KeyError, match="precison"):
+        fixture("dgd_v1beta1.yaml").knobs(["precison"])
+
+
+def test_changed_knobs_lists_only_differences():
+    agg = fixture("dgd_v1alpha1_agg.yaml")
+    disagg = fixture("dgd_v1alpha1_disagg.yaml")
+    assert changed_knobs(agg, agg, ["mode", "precision"]) == {}
+    assert changed_knobs(agg, disagg, ["mode", "precision"]) == {"mode": ("agg", "disagg")}
