@@ -1,0 +1,495 @@
+"""Step 2: read-only validation of the assigned DGD before anything is mutated.
+
+Checks run in the spec's order, pinned to the workload's context through :class:`Kube`:
+namespace, CRD gate, advisory storage-class and node reads, cluster-compatibility patches of the
+run-scoped copies, a server-side dry-run of every document, secrets (by name, metadata only),
+PVCs, storage classes, image tags, the workload's policy (``resources.pinned``,
+``resources.gpu_ceiling``) and GPU capacity. Every failed gate becomes a blocker; ``Forbidden``
+on an advisory cluster-scope read becomes a run limitation. Nothing here creates, updates or
+deletes a cluster object: the only writes are to the run-scoped copies under
+``applied_manifests/`` (compatibility patches the spec allows, recorded with their reason).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deploy_suite import capacity as capacity_mod
+from deploy_suite import clock
+from deploy_suite.dgd import KNOBS, Dgd, parse_dgd, unknown_knobs
+from deploy_suite.errors import Forbidden, InputError, KubeError, NotFound
+from deploy_suite.kube import Kube, Obj
+
+DGD_CRD = "dynamographdeployments.nvidia.com"
+GPU_TAINT_KEY = "nvidia.com/gpu"
+# Image tags that are clearly not a release: unresolved templating or documentation placeholders.
+_PLACEHOLDER_TAG = re.compile(r"(\$\{?[A-Za-z_]+\}?|<[^>]*>|^my-tag$|^your-tag$|^TAG$|^tag$|^placeholder$)")
+_PLACEHOLDER_CLASS = re.compile(r"(\$\{?[A-Za-z_]+\}?|<[^>]*>|your-storage-class|storage-class-name|changeme|^$)",
+                                re.IGNORECASE)
+
+
+@dataclass
+class Finding:
+    cls: str
+    message: str
+    fix: str = ""
+
+    def as_dict(self, step: str) -> dict[str, str]:
+        return {"step": step, "class": self.cls, "message": self.message, "fix": self.fix}
+
+
+@dataclass
+class Patch:
+    file: str
+    change: str
+    reason: str
+    at: str = field(default_factory=clock.iso_now)
+
+    def as_dict(self) -> dict[str, str]:
+        return {"file": self.file, "change": self.change, "reason": self.reason, "at": self.at}
+
+
+@dataclass
+class ValidationReport:
+    blockers: list[Finding] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    limitations: list[str] = field(default_factory=list)
+    patches: list[Patch] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    capacity: dict[str, Any] | None = None
+    gpus_requested: int = 0
+    dgd_name: str = ""
+    frontend_service: str | None = None
+    served_model: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.blockers
+
+    def block(self, cls: str, message: str, fix: str) -> None:
+        self.blockers.append(Finding(cls, message, fix))
+
+
+@dataclass(frozen=True)
+class ValidationInputs:
+    """What step 2 needs, all already verified by step 1."""
+
+    namespace: str
+    deploy_path: Path  # run-scoped copy applied_manifests/deploy.yaml
+    support_paths: Mapping[str, Path]  # type -> run-scoped copy
+    baseline_dgd_path: Path | None  # the workload's deployment.dgd_path, for resources.pinned
+    workload: Mapping[str, Any]
+    display_root: Path  # paths in findings are shown relative to this (EXP_ROOT)
+    retiring: tuple[str, str] | None = None  # (namespace, dgd) that step 3 will delete first
+    other_live_gpus: int = 0  # GPUs held by this experiment's other live DGDs
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _walk(obj: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k, v
+            yield from _walk(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _walk(v)
+
+
+def referenced_secrets(docs: list[Obj]) -> set[str]:
+    """Every secret a manifest names: secretKeyRef, envFrom secretRef, envFromSecret,
+    imagePullSecrets and secret volumes, found anywhere in the documents."""
+    names: set[str] = set()
+    for doc in docs:
+        if doc.get("kind") == "Secret":
+            continue
+        for key, value in _walk(doc):
+            if key in {"secretKeyRef", "secretRef"} and isinstance(value, dict) and value.get("name"):
+                names.add(str(value["name"]))
+            elif key == "envFromSecret" and isinstance(value, str) and value:
+                names.add(value)
+            elif key == "imagePullSecrets" and isinstance(value, list):
+                names.update(str(s["name"]) for s in value if isinstance(s, dict) and s.get("name"))
+            elif key == "secret" and isinstance(value, dict) and value.get("secretName"):
+                names.add(str(value["secretName"]))
+    return names
+
+
+def referenced_claims(docs: list[Obj], dgd: Dgd) -> set[str]:
+    claims = {c for comp in dgd.components for c in comp.pvc_claims}
+    for doc in docs:
+        for key, value in _walk(doc):
+            if key == "persistentVolumeClaim" and isinstance(value, dict) and value.get("claimName"):
+                claims.add(str(value["claimName"]))
+    return claims
+
+
+def _load_docs(path: Path, display: str) -> list[Obj]:
+    try:
+        return [d for d in yaml.safe_load_all(path.read_text()) if d]
+    except yaml.YAMLError as exc:
+        raise InputError(display, f"not valid YAML: {str(exc).splitlines()[0]}", "fix the manifest syntax") from exc
+
+
+def _dump_docs(path: Path, docs: list[Obj]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    tmp.replace(path)
+
+
+def _image_tag(image: str) -> str:
+    ref = image.split("@", 1)[0]
+    last = ref.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else ""
+
+
+class Validator:
+    def __init__(self, kube: Kube, inputs: ValidationInputs) -> None:
+        self.kube = kube
+        self.inp = inputs
+        self.report = ValidationReport()
+        self.ev = self.report.evidence
+        self.storage_classes: list[Obj] | None = None
+        self.nodes: list[Obj] | None = None
+
+    # ------------------------------------------------------------------ entry point
+    def run(self) -> ValidationReport:
+        inp, rep = self.inp, self.report
+        deploy_display = _rel(inp.deploy_path, inp.display_root)
+        dgd = parse_dgd(inp.deploy_path.read_text(), deploy_display)
+        rep.dgd_name = dgd.name
+        rep.gpus_requested = dgd.total_gpus()
+        rep.served_model = next((c.served_model for c in dgd.components if c.is_worker and c.served_model), None)
+        has_frontend = any(c.type == "frontend" for c in dgd.components)
+        rep.frontend_service = f"{dgd.name}-frontend" if has_frontend else None
+        if not self.check_namespace():
+            return rep  # every later check reads inside the namespace
+        self.check_crd()
+        self.advisory_reads()
+        docs = {"deploy": _load_docs(inp.deploy_path, deploy_display)}
+        for kind, path in inp.support_paths.items():
+            docs[kind] = _load_docs(path, _rel(path, inp.display_root))
+        self.compatibility_patches(dgd, docs)
+        dgd = parse_dgd(inp.deploy_path.read_text(), deploy_display)  # after patches
+        self.dry_run(docs)
+        self.check_secrets(docs)
+        self.check_claims(docs, dgd)
+        self.check_images(docs)
+        self.check_pinned(dgd)
+        self.check_ceiling(dgd)
+        self.check_capacity(dgd)
+        return rep
+
+    # ------------------------------------------------------------------ gates
+    def check_namespace(self) -> bool:
+        ns = self.inp.namespace
+        try:
+            self.kube.get("Namespace", ns)
+        except NotFound:
+            self.report.block("namespace", f"namespace {ns} does not exist on context {self.kube.context}",
+                              "create the namespace (the harness never creates namespaces) or fix "
+                              "kubernetes.namespace in user_workload.yaml")
+            self.ev["namespace"] = "missing"
+            return False
+        except Forbidden:
+            # A namespace-scoped identity may not read Namespace objects; a namespaced read
+            # still proves the namespace is usable (RBAC bindings only exist in real namespaces).
+            self.report.limitations.append(f"get namespace {ns} forbidden for this identity; "
+                                           "existence inferred from a namespaced read")
+            try:
+                self.kube.list_items("PersistentVolumeClaim", ns, page_size=1)
+            except Forbidden:
+                self.report.block("namespace", f"namespace {ns}: this identity can neither read it nor list "
+                                  "inside it", "grant namespaced read access (get/list) in the namespace")
+                return False
+            self.ev["namespace"] = "present (inferred)"
+            return True
+        self.ev["namespace"] = "present"
+        return True
+
+    def check_crd(self) -> None:
+        try:
+            self.kube.get("CustomResourceDefinition", DGD_CRD)
+            self.ev["crd"] = "present"
+        except Forbidden:
+            self.report.warnings.append("cluster-scope CRD read forbidden for this identity; deferring to the "
+                                        "server dry-run")
+            self.report.limitations.append("CRD read forbidden")
+            self.ev["crd"] = "forbidden (deferred to dry-run)"
+        except NotFound:
+            self.report.block("crd", f"Dynamo CRDs missing: {DGD_CRD} is not installed on {self.kube.context}",
+                              "install the Dynamo platform (operator and CRDs) on the cluster")
+            self.ev["crd"] = "missing"
+
+    def advisory_reads(self) -> None:
+        try:
+            self.storage_classes = self.kube.list_items("StorageClass")[0]
+            self.ev["storage_classes"] = sorted(sc["metadata"]["name"] for sc in self.storage_classes)
+        except Forbidden:
+            self.report.limitations.append("storageclass list forbidden for this identity")
+            self.ev["storage_classes"] = "forbidden"
+        try:
+            self.nodes = self.kube.list_items("Node", slim=capacity_slim_node)[0]
+            self.ev["nodes"] = len(self.nodes)
+        except Forbidden:
+            self.report.limitations.append("node list forbidden for this identity: GPU capacity cannot be checked")
+            self.ev["nodes"] = "forbidden"
+
+    def _class_names(self) -> set[str] | None:
+        return None if self.storage_classes is None else {sc["metadata"]["name"] for sc in self.storage_classes}
+
+    def _default_class(self) -> str | None:
+        for sc in self.storage_classes or []:
+            if (sc["metadata"].get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class") == "true":
+                return str(sc["metadata"]["name"])
+        return None
+
+    def compatibility_patches(self, dgd: Dgd, docs: dict[str, list[Obj]]) -> None:
+        """Cluster-only fixes to the run-scoped copies; never engine args, GPUs, replicas, routing."""
+        classes = self._class_names()
+        wanted = str((self.inp.workload.get("kubernetes") or {}).get("storage_class") or "")
+        paths = {"deploy": self.inp.deploy_path, **self.inp.support_paths}
+        for kind, kind_docs in docs.items():
+            changed = False
+            for doc in kind_docs:
+                if doc.get("kind") != "PersistentVolumeClaim":
+                    continue
+                spec = doc.setdefault("spec", {})
+                current = spec.get("storageClassName")
+                if current is None:
+                    continue  # the cluster's default class applies, as written
+                placeholder = bool(_PLACEHOLDER_CLASS.search(str(current)))
+                absent = classes is not None and current not in classes
+                if not (placeholder or absent):
+                    continue
+                name = doc["metadata"]["name"]
+                if wanted and (classes is None or wanted in classes):
+                    spec["storageClassName"] = wanted
+                    changed = True
+                    why = "is a placeholder" if placeholder else f"does not exist on {self.kube.context}"
+                    self.report.patches.append(Patch(
+                        _rel(paths[kind], self.inp.display_root),
+                        f"PersistentVolumeClaim/{name}: storageClassName {current!r} -> {wanted!r}",
+                        f"storage class {current!r} {why}; kubernetes.storage_class from user_workload.yaml is used"))
+                else:
+                    self.report.block("storage-class", f"PVC {name} in {kind}.yaml names storage class {current!r}, "
+                                      f"which {'is a placeholder' if placeholder else 'does not exist'}",
+                                      "set kubernetes.storage_class in user_workload.yaml (or pass --storage-class) "
+                                      "to a storage class of the target cluster")
+            if changed:
+                _dump_docs(paths[kind], kind_docs)
+        self._gpu_taint_toleration(dgd, docs)
+
+    def _gpu_taint_toleration(self, dgd: Dgd, docs: dict[str, list[Obj]]) -> None:
+        """When every GPU node carries the standard GPU taint, GPU pods need its toleration; it is
+        the one toleration added, and only for that key (never another tenant's reservation)."""
+        if not self.nodes:
+            return
+        gpu_nodes = [n for n in self.nodes if int(str((n.get("status") or {}).get("allocatable", {})
+                                                       .get("nvidia.com/gpu", "0")) or 0) > 0]
+        tainted = [n for n in gpu_nodes if any(t.get("key") == GPU_TAINT_KEY and t.get("effect") in
+                                               {"NoSchedule", "NoExecute"} for t in n.get("spec", {}).get("taints")
+                                               or [])]
+        if not gpu_nodes or len(tainted) != len(gpu_nodes):
+            return
+        needing = [c for c in dgd.components if c.gpus_per_pod > 0 and not any(
+            (t.key == GPU_TAINT_KEY or (t.key == "" and t.operator == "Exists")) for t in c.tolerations)]
+        if not needing:
+            return
+        toleration = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+        for doc in docs["deploy"]:
+            if doc.get("kind") != "DynamoGraphDeployment":
+                continue
+            for comp in needing:
+                pod_spec = _component_pod_spec(doc, comp.name)
+                if pod_spec is not None:
+                    pod_spec.setdefault("tolerations", []).append(dict(toleration))
+                    self.report.patches.append(Patch(
+                        _rel(self.inp.deploy_path, self.inp.display_root),
+                        f"component {comp.name}: add toleration {GPU_TAINT_KEY}:NoSchedule (operator Exists)",
+                        f"every GPU node of {self.kube.context} carries the GPU taint {GPU_TAINT_KEY}; "
+                        "the pods could never schedule without it"))
+        _dump_docs(self.inp.deploy_path, docs["deploy"])
+
+    def dry_run(self, docs: dict[str, list[Obj]]) -> None:
+        results = []
+        paths = {"deploy": self.inp.deploy_path, **self.inp.support_paths}
+        for kind, kind_docs in docs.items():
+            display = _rel(paths[kind], self.inp.display_root)
+            for doc in kind_docs:
+                label = f"{doc.get('kind')}/{(doc.get('metadata') or {}).get('name')}"
+                try:
+                    self.kube.apply(doc, self.inp.namespace, dry_run=True, source=display)
+                    results.append({"file": display, "object": label, "result": "accepted"})
+                except KubeError as exc:
+                    results.append({"file": display, "object": label, "result": f"rejected: {exc}"})
+                    self.report.block("dry-run", f"server dry-run rejected {label} from {display}: {exc}",
+                                      "fix the manifest so that the API server accepts it")
+        self.ev["dry_run"] = results
+
+    def check_secrets(self, docs: dict[str, list[Obj]]) -> None:
+        names = sorted(referenced_secrets([d for ds in docs.values() for d in ds]))
+        found: dict[str, str] = {}
+        for name in names:
+            try:
+                found[name] = "present" if self.kube.secret_exists(name, self.inp.namespace) else "missing"
+            except Forbidden:
+                found[name] = "unverified (forbidden)"
+                self.report.limitations.append(f"secret {name}: metadata read forbidden; existence not verified")
+                continue
+            if found[name] == "missing":
+                self.report.block("secret", f"secret {name} referenced by the manifests does not exist in namespace "
+                                  f"{self.inp.namespace}", f"create secret {name} in the namespace yourself (the "
+                                  "harness checks secrets by name only and never creates or reads them)")
+        self.ev["secrets"] = found
+
+    def check_claims(self, docs: dict[str, list[Obj]], dgd: Dgd) -> None:
+        created = {d["metadata"]["name"] for ds in docs.values() for d in ds
+                   if d.get("kind") == "PersistentVolumeClaim"}
+        created |= {p.name for p in dgd.pvcs if p.create}
+        claims = sorted(referenced_claims([d for ds in docs.values() for d in ds], dgd))
+        state: dict[str, str] = {}
+        for claim in claims:
+            if claim in created:
+                state[claim] = "created by a handed-over manifest"
+                continue
+            try:
+                pvc = self.kube.get_or_none("PersistentVolumeClaim", claim, self.inp.namespace)
+            except Forbidden:
+                state[claim] = "unverified (forbidden)"
+                self.report.limitations.append(f"PVC {claim}: read forbidden")
+                continue
+            if pvc is None:
+                state[claim] = "missing"
+                self.report.block("pvc", f"PVC {claim} is referenced by the DGD but neither exists in "
+                                  f"{self.inp.namespace} nor is created by a handed-over support manifest",
+                                  "hand over the model-cache manifest that creates it (--support model-cache=PATH) "
+                                  "or create the PVC")
+            else:
+                state[claim] = f"exists ({(pvc.get('status') or {}).get('phase', 'unknown')})"
+        for p in dgd.pvcs:
+            if p.create and not p.storage_class and self._default_class() is None and self.storage_classes is not None:
+                self.report.block("storage-class", f"spec.pvcs {p.name} is created by the operator without a "
+                                  "storage class and the cluster has no default", "set storageClass on the pvc")
+        self.ev["pvcs"] = state
+
+    def check_images(self, docs: dict[str, list[Obj]]) -> None:
+        images = sorted({str(v) for ds in docs.values() for d in ds for k, v in _walk(d)
+                         if k == "image" and isinstance(v, str)})
+        bad = [i for i in images if _PLACEHOLDER_TAG.search(_image_tag(i)) or "${" in i]
+        for image in bad:
+            self.report.block("image", f"image {image} has a placeholder tag",
+                              "replace it with a released image tag (e.g. the Dynamo runtime version you run)")
+        self.ev["images"] = images
+
+    def check_pinned(self, dgd: Dgd) -> None:
+        pinned = [str(p) for p in ((self.inp.workload.get("resources") or {}).get("pinned") or [])]
+        if not pinned:
+            self.ev["pinned"] = {}
+            return
+        unknown = unknown_knobs(pinned)
+        for name in unknown:
+            self.report.block("pinned", f"resources.pinned names knob {name!r}, which has no mapping to DGD fields "
+                              f"(known: {', '.join(sorted(KNOBS))})",
+                              "add a mapping for this knob to deploy_suite.dgd.KNOBS, or remove it from pinned")
+        known = [p for p in pinned if p not in unknown]
+        if self.inp.baseline_dgd_path is None or not known:
+            self.ev["pinned"] = {"knobs": pinned, "baseline": None}
+            return
+        baseline = parse_dgd(self.inp.baseline_dgd_path.read_text(),
+                             _rel(self.inp.baseline_dgd_path, self.inp.display_root))
+        before, after = baseline.knobs(known), dgd.knobs(known)
+        result: dict[str, Any] = {}
+        for knob in known:
+            same = before.get(knob) == after.get(knob)
+            result[knob] = {"baseline": before.get(knob), "candidate": after.get(knob), "same": same}
+            if not same:
+                self.report.block("pinned", f"pinned knob {knob} changed: baseline {before.get(knob)!r}, candidate "
+                                  f"{after.get(knob)!r}", "the candidate must keep every knob listed in "
+                                  "resources.pinned; send it back to the hypothesis challenger")
+        self.ev["pinned"] = result
+
+    def check_ceiling(self, dgd: Dgd) -> None:
+        ceiling = (self.inp.workload.get("resources") or {}).get("gpu_ceiling")
+        total = dgd.total_gpus() + self.inp.other_live_gpus
+        self.ev["gpu_ceiling"] = {"ceiling": ceiling, "candidate": dgd.total_gpus(),
+                                  "other_live": self.inp.other_live_gpus, "total": total}
+        if ceiling is not None and total > int(ceiling):
+            self.report.block("gpu-ceiling", f"the candidate needs {dgd.total_gpus()} GPUs and this experiment's "
+                              f"other live DGDs hold {self.inp.other_live_gpus}: {total} > resources.gpu_ceiling "
+                              f"{ceiling}", "reduce the candidate's GPU footprint or retire other DGDs first")
+
+    def check_capacity(self, dgd: Dgd) -> None:
+        if self.nodes is None:
+            self.report.capacity = {"outcome": "unknown", "reasons": ["node list forbidden"]}
+            return
+        try:
+            pods = self.kube.list_items("Pod", None, slim=capacity_slim_pod,
+                                        field_selector="status.phase!=Succeeded,status.phase!=Failed")[0]
+        except Forbidden:
+            self.report.limitations.append("cluster-wide pod list forbidden: GPUs held by other pods are unknown")
+            self.report.capacity = {"outcome": "unknown", "reasons": ["pod list forbidden"]}
+            return
+        if self.inp.retiring is not None:
+            # Step 3 deletes the previous iteration's DGD before the apply: its GPUs will be free.
+            r_ns, r_name = self.inp.retiring
+            pods = [p for p in pods if not (p["metadata"].get("namespace") == r_ns and (p["metadata"].get("labels")
+                    or {}).get("nvidia.com/dynamo-graph-deployment-name") == r_name)]
+        result = capacity_mod.check_capacity(dgd, self.nodes, pods, namespace=self.inp.namespace)
+        self.report.capacity = result.to_dict()
+        self.report.warnings.extend(result.warnings)
+        if result.outcome == "insufficient":
+            self.report.block("gpu-capacity", "GPU capacity insufficient: " + "; ".join(result.reasons[:6]),
+                              "free GPUs on eligible nodes, or change the candidate's placement constraints")
+        elif result.outcome == "unknown":
+            self.report.limitations.append("GPU capacity unknown: " + "; ".join(result.reasons[:3]))
+
+
+def _component_pod_spec(doc: Obj, name: str) -> dict[str, Any] | None:
+    spec = doc.get("spec") or {}
+    services = spec.get("services")
+    if isinstance(services, dict) and name in services:
+        return services[name].setdefault("extraPodSpec", {})  # type: ignore[no-any-return]
+    for comp in spec.get("components") or []:
+        if comp.get("name") == name:
+            return comp.setdefault("podTemplate", {}).setdefault("spec", {})  # type: ignore[no-any-return]
+    return None
+
+
+def capacity_slim_node(node: Obj) -> Obj:
+    """Keep what placement needs of a Node: a 5,000-node list stays small in memory."""
+    meta = node.get("metadata") or {}
+    return {"metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}},
+            "spec": {k: v for k, v in (node.get("spec") or {}).items() if k in {"taints", "unschedulable"}},
+            "status": {k: v for k, v in (node.get("status") or {}).items() if k in {"allocatable", "capacity"}}}
+
+
+def capacity_slim_pod(pod: Obj) -> Obj:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    keep = {"nodeName", "containers", "initContainers", "affinity", "overhead"}
+    slim_spec = {k: v for k, v in spec.items() if k in keep}
+    for key in ("containers", "initContainers"):
+        if key in slim_spec:
+            slim_spec[key] = [{"name": c.get("name"), "resources": c.get("resources") or {},
+                               **({"restartPolicy": c["restartPolicy"]} if "restartPolicy" in c else {})}
+                              for c in slim_spec[key]]
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "labels": meta.get("labels") or {}},
+            "spec": slim_spec, "status": {"phase": (pod.get("status") or {}).get("phase")}}
+
+
+def validate(kube: Kube, inputs: ValidationInputs) -> ValidationReport:
+    """Run every step-2 gate; the report's blockers decide whether the run may mutate anything."""
+    return Validator(kube, inputs).run()
