@@ -1,0 +1,162 @@
+"""Pending-pod and container-failure triage, from the scheduler's own words.
+
+The spec's rule: a Pending pod is triaged from its scheduler events, not from a free-GPU count,
+and each category has a different correct action:
+
+* ``failed-deploy``: untolerated taint, node affinity/selector mismatch, or a request no eligible
+  node could ever hold. The manifest can never schedule as written: record a failed attempt and
+  stop (never wait, never call it contention).
+* ``contention``: insufficient GPU/CPU/memory on otherwise-eligible nodes. Waiting is legitimate.
+* ``dependency``: unbound PVC, quota or admission errors. Neither waiting nor a rewrite helps.
+* ``crash``: CrashLoopBackOff, ImagePullBackOff, ErrImagePull: a failed attempt.
+
+The result says whether waiting can help (kopf's temporary/permanent split), which the
+readiness wait obeys. Pure logic: events and nodes come in as plain JSON dicts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from deploy_suite.dgd import Taint, Toleration
+
+Obj = Mapping[str, Any]
+
+FAILED_DEPLOY = "failed-deploy"
+CONTENTION = "contention"
+DEPENDENCY = "dependency"
+CRASH = "crash"
+UNKNOWN = "unknown"
+
+# "<n> node(s) <reason>" fragments of a FailedScheduling message, by category.
+_NEVER = (
+    "untolerated taint", "that the pod didn't tolerate", "didn't match pod's node affinity/selector",
+    "didn't match node selector", "didn't match pod anti-affinity", "didn't match pod affinity",
+    "didn't satisfy existing pods anti-affinity", "were unschedulable", "had volume node affinity conflict",
+)
+_CAPACITY = re.compile(r"Insufficient ([\w./-]+)")
+_DEPENDENCY = (
+    "unbound immediate persistentvolumeclaims", "persistentvolumeclaim", "didn't find available persistent volumes",
+    "exceeded quota", "admission webhook", "is forbidden", "forbidden:",
+)
+_FRAGMENT = re.compile(r"(\d+) (node\(s\)|Insufficient) ?([^,.]*)")
+CRASH_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerError",
+                 "CreateContainerConfigError", "RunContainerError")
+
+
+@dataclass
+class Verdict:
+    category: str
+    diagnosis: str
+    evidence: list[str] = field(default_factory=list)
+    can_wait: bool = False
+    next_check_s: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"category": self.category, "diagnosis": self.diagnosis, "evidence": self.evidence,
+                "can_wait": self.can_wait, "next_check_s": self.next_check_s}
+
+
+def _pod_gpus(pod: Obj) -> int:
+    total = 0
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        total += max(int(str((res.get("requests") or {}).get("nvidia.com/gpu", 0))),
+                     int(str((res.get("limits") or {}).get("nvidia.com/gpu", 0))))
+    return total
+
+
+def _tolerations(pod: Obj) -> list[Toleration]:
+    return [Toleration(key=t.get("key", ""), operator=t.get("operator", "Equal"), value=t.get("value", ""),
+                       effect=t.get("effect", "")) for t in (pod.get("spec") or {}).get("tolerations") or []]
+
+
+def untolerated_taints(pod: Obj, nodes: Iterable[Obj]) -> dict[str, list[str]]:
+    """Which NoSchedule/NoExecute taints of each node the pod does not tolerate (the scheduler of
+    Kubernetes >= 1.33 no longer names them in its event)."""
+    tolerations = _tolerations(pod)
+    found: dict[str, list[str]] = {}
+    for node in nodes:
+        for raw in (node.get("spec") or {}).get("taints") or []:
+            if raw.get("effect") not in {"NoSchedule", "NoExecute"}:
+                continue
+            taint = Taint(key=raw.get("key", ""), value=raw.get("value", ""), effect=raw.get("effect", ""))
+            if not any(t.tolerates(taint) for t in tolerations):
+                found.setdefault(str(taint), []).append(str((node.get("metadata") or {}).get("name")))
+    return found
+
+
+def _selector_fits(pod: Obj, node: Obj) -> bool:
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def triage_pending(pod: Obj, events: Sequence[Obj], nodes: Sequence[Obj] | None = None,
+                   contention_recheck_s: float = 30.0) -> Verdict | None:
+    """Classify a Pending pod from its FailedScheduling events (the newest one decides).
+
+    Returns None when there is no scheduler verdict yet (the pod is simply new).
+    """
+    messages = [str(e.get("message", "")) for e in events if e.get("reason") == "FailedScheduling"]
+    name = str((pod.get("metadata") or {}).get("name"))
+    if not messages:
+        cond = next((c for c in (pod.get("status") or {}).get("conditions") or []
+                     if c.get("type") == "PodScheduled" and c.get("status") == "False"), None)
+        if cond is None or not cond.get("message"):
+            return None
+        messages = [str(cond["message"])]
+    message = messages[-1]
+    head = message.split("preemption:")[0]
+    low = head.lower()
+    evidence = [f"pod {name}: FailedScheduling: {message}"]
+    if any(d in low for d in _DEPENDENCY):
+        return Verdict(DEPENDENCY, f"pod {name} waits on a dependency (volume claim, quota or admission): "
+                       f"{head.strip()}", evidence)
+    capacity = _CAPACITY.findall(head)
+    never = [frag for frag in _NEVER if frag in low]
+    gpus = _pod_gpus(pod)
+    if nodes is not None and capacity:
+        # "Insufficient" also covers a request no node could ever hold: 9 GPUs on 8-GPU nodes.
+        eligible = [n for n in nodes if _selector_fits(pod, n) and not untolerated_taints(pod, [n])]
+        biggest = max((int(str((n.get("status") or {}).get("allocatable", {}).get("nvidia.com/gpu", 0)))
+                       for n in eligible), default=0)
+        if gpus > biggest:
+            return Verdict(FAILED_DEPLOY, f"pod {name} asks {gpus} GPUs but no eligible node has more than "
+                           f"{biggest} allocatable: it can never schedule as written", evidence)
+    if capacity:
+        what = ", ".join(sorted(set(capacity)))
+        return Verdict(CONTENTION, f"pod {name} is waiting for capacity ({what}) on otherwise-eligible nodes; "
+                       f"next check in {contention_recheck_s:.0f}s", evidence, can_wait=True,
+                       next_check_s=contention_recheck_s)
+    if never:
+        detail = ""
+        if nodes is not None and any("taint" in f for f in never):
+            named = untolerated_taints(pod, nodes)
+            if named:
+                detail = "; untolerated: " + "; ".join(f"{t} on {', '.join(ns)}" for t, ns in sorted(named.items()))
+                evidence.append("untolerated taints (from node specs): " + detail.removeprefix("; untolerated: "))
+        return Verdict(FAILED_DEPLOY, f"pod {name} can never schedule as written ({', '.join(never)}){detail}",
+                       evidence)
+    return Verdict(UNKNOWN, f"pod {name} is unschedulable for a reason not classified: {head.strip()}", evidence,
+                   can_wait=True, next_check_s=contention_recheck_s)
+
+
+def triage_containers(pod: Obj) -> Verdict | None:
+    """CrashLoopBackOff / ImagePullBackOff / ErrImagePull and friends: a failed attempt."""
+    name = str((pod.get("metadata") or {}).get("name"))
+    status = pod.get("status") or {}
+    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = str(waiting.get("reason", ""))
+        if reason in CRASH_REASONS:
+            last = ((cs.get("lastState") or {}).get("terminated")) or {}
+            extra = f", last exit code {last.get('exitCode')}" if last else ""
+            return Verdict(CRASH, f"pod {name} container {cs.get('name')}: {reason}"
+                           f"{': ' + str(waiting.get('message')) if waiting.get('message') else ''}"
+                           f" (restarts {cs.get('restartCount', 0)}{extra})",
+                           [f"pod {name} container {cs.get('name')} waiting: {reason}"])
+    return None
