@@ -80,3 +80,15 @@ def test_container_failures_are_crashes(reason):
 def test_a_running_container_is_not_a_crash():
     p = {"metadata": {"name": "w-0"}, "status": {"containerStatuses": [{"name": "main", "state": {"running": {}}}]}}
     assert triage.triage_containers(p) is None
+
+
+@pytest.mark.parametrize(("log", "expected"), [
+    ("INFO registered worker instance_id=0x85f0fc53d6c01c35 endpoint=generate", 0x85F0FC53D6C01C35),
+    ("worker_id=9651491438470372405 registered", 9651491438470372405),
+    ("instance id: 85f0fc53d6c01c35", 0x85F0FC53D6C01C35),
+    ("nothing here", None),
+])
+def test_the_direct_routing_instance_id_is_read_from_logs_as_decimal(log, expected):
+    from deploy_suite.smoke import parse_instance_id
+
+    assert parse_instance_id(log) == expected
