@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shlex
 import signal
 import subprocess
@@ -156,6 +157,16 @@ def translate(exc: BaseException, what: str) -> KubeError:
     if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError | OSError):
         return Unavailable(f"{what}: {type(exc).__name__}: {cut(str(exc), 300)}")
     return KubeError(f"{what}: {type(exc).__name__}: {cut(str(exc), 300)}")
+
+
+@dataclass(frozen=True)
+class WatchSpec:
+    """One collection watched by :meth:`Kube.wait_multi`."""
+
+    kind: str | Resource
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
 
 
 @dataclass
@@ -544,7 +555,8 @@ class Kube:
                 backoff = self._pause(backoff, deadline)
 
     def watch_events(self, kind: str | Resource, stop: threading.Event, namespace: str | None = None,
-                     label_selector: str | None = None, chunk: float = 30.0) -> Iterator[tuple[str, Obj]]:
+                     label_selector: str | None = None, chunk: float = 30.0,
+                     field_selector: str | None = None) -> Iterator[tuple[str, Obj]]:
         """Endless list+watch for controllers: yields (type, object); after a relist every object
         comes again as ADDED, so handlers must be level-based. Ends when ``stop`` is set."""
         res = self._res(kind)
@@ -553,10 +565,10 @@ class Kube:
         while not stop.is_set():
             try:
                 if version is None:
-                    items, version = self._list_quiet(res, namespace, label_selector, None)
+                    items, version = self._list_quiet(res, namespace, label_selector, field_selector)
                     for item in items:
                         yield "ADDED", item
-                for event in self._watch_stream(res, namespace, label_selector, None, version, chunk):
+                for event in self._watch_stream(res, namespace, label_selector, field_selector, version, chunk):
                     obj = event.get("object") or {}
                     if event.get("type") == "ERROR":
                         version = None
@@ -574,6 +586,68 @@ class Kube:
                 backoff = self._pause(backoff, clock.monotonic() + 1.0)
             except (urllib3.exceptions.HTTPError, ConnectionError, OSError):
                 backoff = self._pause(backoff, clock.monotonic() + 1.0)
+
+    def wait_multi(
+        self,
+        watches: Mapping[str, WatchSpec],
+        predicate: Callable[[dict[str, dict[str, Obj]]], tuple[bool, str]],
+        *,
+        awaited: str,
+        timeout: float,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> dict[str, dict[str, Obj]]:
+        """Like :meth:`wait_for`, over several watched collections at once (e.g. a DGD and its
+        pods): one thread per watch feeds a queue; the predicate sees every collection by label
+        and runs on each event. The predicate may raise to stop at once."""
+        started = clock.monotonic()
+        deadline = started + timeout
+        stop = threading.Event()
+        events: queue.Queue[tuple[str, str, Obj] | tuple[str, str, BaseException]] = queue.Queue()
+        state: dict[str, dict[str, Obj]] = {label: {} for label in watches}
+        description = "nothing observed yet"
+
+        def pump(label: str, spec: WatchSpec) -> None:
+            try:
+                for etype, obj in self.watch_events(spec.kind, stop, spec.namespace, spec.label_selector,
+                                                    field_selector=spec.field_selector):
+                    events.put((label, etype, obj))
+            except BaseException as exc:  # surfaced in the waiting thread
+                events.put((label, "__error__", exc))
+
+        for label, spec in watches.items():
+            self._record("watch", ["get", self._res(spec.kind).kubectl_name,
+                                   *(["-n", spec.namespace] if spec.namespace else []),
+                                   *(["-l", spec.label_selector] if spec.label_selector else []),
+                                   *(["--field-selector", spec.field_selector] if spec.field_selector else []),
+                                   "--watch"], "started")
+            threading.Thread(target=pump, args=(label, spec), daemon=True, name=f"watch-{label}").start()
+        try:
+            while True:
+                remaining = deadline - clock.monotonic()
+                if remaining <= 0:
+                    raise WaitTimeout(awaited, clock.monotonic() - started, description)
+                try:
+                    label, etype, obj = events.get(timeout=remaining)
+                except queue.Empty:
+                    continue
+                if etype == "__error__":
+                    assert isinstance(obj, BaseException)
+                    raise obj
+                assert isinstance(obj, dict)
+                if etype == "DELETED":
+                    state[label].pop(_key(obj), None)
+                else:
+                    state[label][_key(obj)] = obj
+                if not events.empty():
+                    continue  # drain a burst (initial lists) before judging
+                done, desc = predicate(state)
+                if desc != description and on_progress is not None:
+                    on_progress(desc)
+                description = desc
+                if done:
+                    return state
+        finally:
+            stop.set()
 
     def _pause(self, backoff: float, deadline: float) -> float:
         # Only reached when the apiserver is unreachable: a short capped backoff, never past the deadline.
