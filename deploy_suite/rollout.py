@@ -210,8 +210,9 @@ class Readiness:
 
 
 def _ready(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions") or [])
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
 def _unschedulable(pod: Obj) -> bool:
@@ -257,8 +258,8 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
                 raise StepFailure(crash.diagnosis, "crash", crash.evidence, failed_attempt=True)
             if _unschedulable(p):
                 name = p["metadata"]["name"]
-                cond = next(c for c in p["status"]["conditions"] if c.get("type") == "PodScheduled")
-                stamp = f"{cond.get('lastTransitionTime')}{cond.get('message')}"
+                sched = next(c for c in p["status"]["conditions"] if c.get("type") == "PodScheduled")
+                stamp = f"{sched.get('lastTransitionTime')}{sched.get('message')}"
                 if triaged.get(name) == stamp:
                     continue
                 triaged[name] = stamp
