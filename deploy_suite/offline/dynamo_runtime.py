@@ -279,9 +279,7 @@ def _build_tokenizer(python: Path, target: Path, log: Log) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def ensure_dynamo_env(
-    version: str = DEFAULT_VERSION, cache_root: Path | None = None, log: Log = print
-) -> DynamoEnv:
+def ensure_dynamo_env(version: str = DEFAULT_VERSION, cache_root: Path | None = None, log: Log = print) -> DynamoEnv:
     """Return the cached Dynamo venv + tokenizer for ``version``, building what is missing.
 
     Layout under ``cache_root`` (default ``default_cache_root()``): ``dynamo-venv/<version>/`` is
@@ -298,16 +296,12 @@ def ensure_dynamo_env(
             info = json.loads(marker.read_text())
             seconds, size = float(info.get("install_seconds", 0.0)), int(info.get("size_bytes", 0))
         else:
-            log(f"dynamo env: building {venv} (one-off, several minutes and ~700 MB)")
+            log(f"dynamo env: building {venv} (one-off: ~700 MB, about a minute on a fast link)")
             seconds, size = _build_venv(venv, version, log)
-            marker.write_text(
-                json.dumps({"version": version, "install_seconds": seconds, "size_bytes": size})
-            )
+            marker.write_text(json.dumps({"version": version, "install_seconds": seconds, "size_bytes": size}))
         if not (tokenizer / _MARKER).is_file():
             _build_tokenizer(venv / "bin" / "python", tokenizer, log)
-    return DynamoEnv(
-        version=version, venv=venv, tokenizer_dir=tokenizer, install_seconds=seconds, size_bytes=size
-    )
+    return DynamoEnv(version=version, venv=venv, tokenizer_dir=tokenizer, install_seconds=seconds, size_bytes=size)
 
 
 # --------------------------------------------------------------------------- serving
@@ -332,7 +326,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Decimal ids as the mocker/frontend print them, hex as a gaie sidecar prints them.
 _DECIMAL_ID = re.compile(r"(?:worker_id[=:]\s*|for worker |instance_id=)(\d+)\b")
 _HEX_ID = re.compile(r"instance_id=0x([0-9a-fA-F]+)\b")
-_ROLES = ("broker", "frontend", "mocker", "proxy")
 
 
 def parse_instance_ids(text: str) -> list[int]:
@@ -360,18 +353,30 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[2])
 
 
+def _live_state(pid: int, state: str) -> bool:
+    # A multithreaded process whose main thread exited shows "Z" while other threads still run
+    # (and it cannot be reaped yet): it only counts as gone once it is down to that one task.
+    if state not in ("Z", "X"):
+        return True
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False
+
+
 def _running(pid: int) -> bool:
     stat = _proc_stat(pid)
-    return stat is not None and stat[0] not in ("Z", "X")
+    return stat is not None and _live_state(pid, stat[0])
 
 
 def _group_members(pgid: int) -> list[int]:
     members = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            stat = _proc_stat(int(entry.name))
-            if stat is not None and stat[1] == pgid and stat[0] not in ("Z", "X"):
-                members.append(int(entry.name))
+            pid = int(entry.name)
+            stat = _proc_stat(pid)
+            if stat is not None and stat[1] == pgid and _live_state(pid, stat[0]):
+                members.append(pid)
     return members
 
 
@@ -386,7 +391,8 @@ def _is_ours(pid: int, venv: Path) -> bool:
 
 def _terminate_groups(pids: list[int], venv: Path, reap: Callable[[], None] = lambda: None) -> list[int]:
     """SIGTERM each process group led by one of ``pids`` (ours only), SIGKILL what outlives the grace."""
-    groups = [pid for pid in pids if _is_ours(pid, venv) and _running(pid)]
+    # Judged by the members, not only the leader: a crashed leader can leave its children running.
+    groups = [pgid for pgid in pids if any(_is_ours(m, venv) for m in _group_members(pgid))]
     for pgid in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGTERM)
@@ -431,7 +437,10 @@ class Serving:
 
     ``port`` is where the pod's port 8000 should be forwarded: the fault proxy when a fault is
     set, else the frontend. ``pids`` lists every process we started (each leads its own process
-    group); ``roles`` maps broker/frontend/mocker/proxy to them.
+    group); ``roles`` maps broker/frontend/mocker/proxy to them. The processes outlive this
+    handle; another process finds them again with ``load_serving(workdir)`` or ``stop_all``.
+    The handle that started them also collects their exit status, so call ``stop()`` on it
+    rather than just dropping it (Python warns about a dropped child that still runs).
     """
 
     key: str
@@ -539,6 +548,10 @@ class Serving:
                 proc.poll()
 
         _terminate_groups(self.pids, self.venv, reap)
+        for proc in self._procs.values():
+            # Gone from /proc already, so this returns at once; it collects the exit status.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=_STOP_GRACE_S)
         (self.workdir / "pids").unlink(missing_ok=True)
 
 
@@ -560,8 +573,7 @@ def _serving_env(env: DynamoEnv, workdir: Path, broker: dict[str, str]) -> dict[
     base = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("DYN_", "NATS_", "ETCD_"))
-        and k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+        if not k.startswith(("DYN_", "NATS_", "ETCD_")) and k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
     }
     loopback = "127.0.0.1"
     return {
@@ -583,16 +595,12 @@ def _serving_env(env: DynamoEnv, workdir: Path, broker: dict[str, str]) -> dict[
     }
 
 
-def _wait_file(
-    path: Path, procs: dict[str, subprocess.Popen[bytes]], role: str, log: Path, timeout: float
-) -> str:
+def _wait_file(path: Path, procs: dict[str, subprocess.Popen[bytes]], role: str, log: Path, timeout: float) -> str:
     """Wait for a file a child writes atomically once it is listening (no port probing)."""
     deadline = clock.monotonic() + timeout
     while not path.is_file():
         if procs[role].poll() is not None:
-            raise ClusterError(
-                f"{role} exited with {procs[role].returncode} before it was ready\n{_tail(log)}"
-            )
+            raise ClusterError(f"{role} exited with {procs[role].returncode} before it was ready\n{_tail(log)}")
         if clock.monotonic() >= deadline:
             raise WaitTimeout(f"{role} to write {path}", timeout, last_state=_tail(log, 5))
         time.sleep(_POLL_S / 2)
@@ -631,9 +639,7 @@ def start_serving(
     outlive the caller; ``<workdir>/pids`` lets ``stop_all`` find them later.
     """
     if router_mode not in ROUTER_MODES:
-        raise InputError(
-            "router_mode", f"{router_mode!r} is not a Dynamo router mode", f"use one of {ROUTER_MODES}"
-        )
+        raise InputError("router_mode", f"{router_mode!r} is not a Dynamo router mode", f"use one of {ROUTER_MODES}")
     if fault is not None and fault not in FAULTS:
         raise InputError("fault", f"{fault!r} is not a fault switch", f"use one of {FAULTS} or None")
     if workers < 1:
@@ -677,9 +683,7 @@ def start_serving(
             "broker.log",
             {**os.environ, "PYTHONPATH": ""},
         )
-        broker = json.loads(
-            _wait_file(workdir / "zmq-broker.json", procs, "broker", workdir / "broker.log", 30.0)
-        )
+        broker = json.loads(_wait_file(workdir / "zmq-broker.json", procs, "broker", workdir / "broker.log", 30.0))
         child_env = _serving_env(env, workdir, broker)
         spawn(
             "mocker",
@@ -726,8 +730,7 @@ def start_serving(
                 break
             if "in use" not in _read(serving.frontend_log).lower():
                 raise ClusterError(
-                    f"serving {key}: frontend exited with {procs['frontend'].returncode}\n"
-                    f"{_tail(serving.frontend_log)}"
+                    f"serving {key}: frontend exited with {procs['frontend'].returncode}\n{_tail(serving.frontend_log)}"
                 )
         else:
             raise ClusterError(f"serving {key}: frontend lost the race for a free port three times")
@@ -748,9 +751,7 @@ def start_serving(
                 "proxy.log",
                 child_env,
             )
-            serving.proxy_port = int(
-                _wait_file(workdir / "proxy.port", procs, "proxy", workdir / "proxy.log", 30.0)
-            )
+            serving.proxy_port = int(_wait_file(workdir / "proxy.port", procs, "proxy", workdir / "proxy.log", 30.0))
     except BaseException:
         serving.stop()
         raise

@@ -51,9 +51,7 @@ def fault_response(fault: str, method: str, path: str) -> tuple[int, dict[str, A
     route = path.split("?", 1)[0].rstrip("/")
     if method == "POST" and route == CHAT_PATH:
         if fault == "chat-500":
-            return 500, {
-                "error": {"message": "injected fault chat-500", "type": "InternalServerError", "code": 500}
-            }
+            return 500, {"error": {"message": "injected fault chat-500", "type": "InternalServerError", "code": 500}}
         if fault == "error-object":
             return 200, {
                 "error": {
@@ -101,9 +99,7 @@ class _Handler(BaseHTTPRequestHandler):
         if injected is not None:
             self._send_json(*injected)
             return
-        upstream = http.client.HTTPConnection(
-            "127.0.0.1", self.server.upstream_port, timeout=_UPSTREAM_TIMEOUT_S
-        )
+        upstream = http.client.HTTPConnection("127.0.0.1", self.server.upstream_port, timeout=_UPSTREAM_TIMEOUT_S)
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
             upstream.request(
