@@ -1,0 +1,86 @@
+"""What a person sees: the HTML report's summary, per-step evidence, and the terminal summary.
+
+pytest-html writes ``reports/deploy-iter-NNN.html`` (self-contained; paths set by
+``plugins/options.py``); this plugin puts the ledger summary at its top through the
+``pytest_html_results_summary`` hook (the step evidence extras are attached by
+``plugins/ledger.py`` when a step ends). The summary itself is rendered by
+``deploy_suite.report`` from the ledger dict, so ``deploy-suite report LEDGER`` shows the same
+thing for an old ledger. JUnit XML (one test case per step test, with ``step`` and ``outcome``
+properties) is pytest's own ``junitxml``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy_suite import report as renderer
+from deploy_suite.runstate import RunState
+from plugins.ledger import LEDGER_ERROR_KEY, RUN_KEY
+from plugins.options import REPORT_PATHS_KEY
+
+
+@pytest.hookimpl(trylast=True)  # after plugins/ledger.py created the run state
+def pytest_configure(config: pytest.Config) -> None:
+    run = config.stash.get(RUN_KEY, None)
+    if run is not None:
+        config.pluginmanager.register(ReportPlugin(run, config), "deploy-suite-report")
+
+
+def _show(path: Path, base: Path) -> str:
+    """Relative to where the user ran pytest when that is shorter; absolute otherwise."""
+    try:
+        return os.path.relpath(path, base) if path.is_relative_to(base) else str(path)
+    except ValueError:
+        return str(path)
+
+
+class ReportPlugin:
+    def __init__(self, run: RunState, config: pytest.Config) -> None:
+        self.run = run
+        self.config = config
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_report_title(self, report: Any) -> None:
+        report.title = f"{self.run.settings.deploy_id} - dynamo-deploy-suite"
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str],
+                                    session: pytest.Session) -> None:
+        path = self.run.ledger_path
+        shown = self.run.rel(path) if path is not None else "not written (no deployment directory)"
+        prefix.append(renderer.summary_html(self.run.ledger.data, shown))
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        tr = terminalreporter
+        data = self.run.ledger.data
+        base = self.config.invocation_params.dir
+        status = data["status"]
+        tr.write_sep("=", "dynamo-deploy-suite")
+        colour = {"ready": {"green": True}, "in_progress": {"yellow": True}}.get(status, {"red": True})
+        tr.write_line(f"{self.run.settings.deploy_id}: {status} (current step: {data['current_step']})",
+                      bold=True, **colour)
+        for step in data["steps"]:
+            took = f"{step['duration_s']:.2f}s" if step["duration_s"] is not None else ""
+            # A blocked/failed step's reason is the blocker line below: say it once.
+            extra = f"  {step['reason']}" if step["reason"] and step["outcome"] == "skipped" else ""
+            tr.write_line(f"  {step['name']:<25} {step['outcome']:<8} {took:>8}{extra}".rstrip())
+        for blocker in data["blockers"]:
+            tr.write_line(f"blocked: {blocker['message']}; fix: {blocker['fix']}", red=True)
+        ledger_error = self.config.stash.get(LEDGER_ERROR_KEY, None)
+        if ledger_error:
+            tr.write_line(f"ledger error: {ledger_error}", red=True)
+        path = self.run.ledger_path
+        if path is not None:
+            tr.write_line(f"ledger: {_show(path, base)}")
+        elif self.run.settings.deploy_root.exists():
+            deploy_id = self.run.settings.deploy_id
+            tr.write_line(f"ledger: not written ({deploy_id} holds another candidate; left as it was)")
+        else:
+            tr.write_line("ledger: not written (refused before the deployment directory existed)")
+        for kind, report_path in self.config.stash.get(REPORT_PATHS_KEY, {}).items():
+            tr.write_line(f"{'report' if kind == 'html' else kind}: {_show(report_path, base)}")
+        tr.write_line(f"next: {renderer.next_action(data)}")

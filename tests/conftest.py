@@ -1,0 +1,3 @@
+"""Shared setup of the project's own tests (not of the deployment suite)."""
+
+pytest_plugins = ["pytester"]

@@ -1,0 +1,579 @@
+"""Every rule of step 1 (settings from options/handoff, then deploy_suite.inputs.prepare), table-driven.
+
+Each test works on a scratch copy of the sample experiment (fixtures/experiments), never on the
+checked-in one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deploy_suite import inputs
+from deploy_suite.errors import InputError
+from deploy_suite.ledger import LEDGER_NAME
+from deploy_suite.settings import DEFAULT_SMOKE_PROMPT, Settings, SupportInput, Timeouts, build_settings
+from fixtures.experiments.make_experiment import Experiment, make_experiment, stage_candidate
+
+EXP_ID = "20260601T120000Z-demo"
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def exp(tmp_path: Path) -> Experiment:
+    return make_experiment(tmp_path / "scratch")
+
+
+def settings_for(exp: Experiment, **overrides: Any) -> Settings:
+    root = exp.exp_root
+    values: dict[str, Any] = {
+        "iteration": 0,
+        "exp_root": root,
+        "workload": root / "user_workload.yaml",
+        "workload_sha256": sha(root / "user_workload.yaml"),
+        "dgd": root / "inputs" / "user_provided_dgd.yaml",
+        "dgd_sha256": sha(root / "inputs" / "user_provided_dgd.yaml"),
+        "provenance": "user-interviewer",
+        "support": (
+            SupportInput("model-cache", root / "inputs" / "model-cache.yaml"),
+            SupportInput("model-download", root / "inputs" / "model-download.yaml"),
+        ),
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def rewrite_workload(exp: Experiment, edit: Any) -> Settings:
+    """Edit user_workload.yaml (as data, or raw text when ``edit`` is a str) and hand over its new hash."""
+    path = exp.exp_root / "user_workload.yaml"
+    if isinstance(edit, str):
+        path.write_text(edit)
+    else:
+        data = yaml.safe_load(path.read_text())
+        edit(data)
+        path.write_text(yaml.safe_dump(data))
+    return settings_for(exp, workload_sha256=sha(path))
+
+
+def refused(settings: Settings, **kwargs: Any) -> InputError:
+    with pytest.raises(InputError) as info:
+        inputs.prepare(settings, **kwargs)
+    return info.value
+
+
+def assert_one_line(error: InputError, *needles: str) -> None:
+    text = str(error)
+    assert "\n" not in text
+    assert "; fix: " in text
+    for needle in needles:
+        assert needle in text, text
+
+
+# --- settings: option-level rules ------------------------------------------------------------
+
+BASE_CLI: dict[str, Any] = {}
+
+
+def cli_for(exp: Experiment, **overrides: Any) -> dict[str, Any]:
+    root = exp.exp_root
+    values: dict[str, Any] = {
+        "iteration": 0,
+        "exp_root": str(root),
+        "workload": str(root / "user_workload.yaml"),
+        "workload_sha256": exp.workload_sha256,
+        "dgd": str(root / "inputs" / "user_provided_dgd.yaml"),
+        "dgd_sha256": exp.dgd_sha256,
+        "provenance": "user-interviewer",
+    }
+    values.update(overrides)
+    return values
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needles"),
+    [
+        ({"iteration": -1}, ["--iter", "negative"]),
+        ({"iteration": None}, ["--iter", "missing"]),
+        ({"provenance": "perf-analyzer"}, ["--provenance", "unknown provenance", "user-interviewer"]),
+        ({"provenance": "hypothesis-challenger"}, ["--provenance", "does not match iteration 0"]),
+        ({"iteration": 1, "prev_deploy_root": "x"}, ["--provenance", "does not match iteration 1"]),
+        ({"provenance": None}, ["--provenance", "missing"]),
+        ({"workload_sha256": "z" * 64}, ["--workload-sha256", "not a SHA-256"]),
+        ({"dgd_sha256": "ab" * 31}, ["--dgd-sha256", "got 62"]),
+        ({"dgd_sha256": None}, ["--dgd-sha256", "missing"]),
+        ({"exp_root": None}, ["--exp-root", "missing"]),
+        ({"workload": None}, ["--workload", "missing"]),
+        ({"iteration": 1, "provenance": "hypothesis-challenger"}, ["--prev-deploy-root", "missing"]),
+        ({"prev_deploy_root": "artifacts/deploy-iter-000"}, ["--prev-deploy-root", "iteration 0"]),
+        ({"support": ["model-cache"]}, ["--support", "TYPE=PATH"]),
+        ({"support": ["model-weights=x.yaml"]}, ["--support", "unknown support type"]),
+        ({"kubeconfig": "/nonexistent/kubeconfig"}, ["--kubeconfig", "not a file"]),
+        ({"smoke_prompt": "  "}, ["--smoke-prompt", "empty"]),
+        ({"retire_s": 0}, ["--timeout-retire", "positive"]),
+    ],
+    ids=lambda v: str(v) if not isinstance(v, list) else None,
+)
+def test_bad_option_is_refused_with_one_line(exp: Experiment, overrides: dict[str, Any], needles: list[str]):
+    with pytest.raises(InputError) as info:
+        build_settings(cli_for(exp, **overrides), invocation_dir=exp.exp_root)
+    assert_one_line(info.value, *needles)
+
+
+def test_settings_apply_documented_defaults(exp: Experiment):
+    settings = build_settings(cli_for(exp), invocation_dir=exp.exp_root)
+    assert settings.smoke_prompt == DEFAULT_SMOKE_PROMPT
+    assert settings.timeouts == Timeouts()
+    assert (settings.timeouts.job_download_s, settings.timeouts.job_validate_s, settings.timeouts.retire_s) == (
+        6000, 3600, 600)
+    assert (settings.timeouts.smoke_reach_attempts, settings.timeouts.smoke_reach_interval_s) == (30, 2)
+    assert (settings.timeouts.smoke_models_attempts, settings.timeouts.smoke_models_interval_s) == (30, 10)
+    assert settings.keep_on_failure is False
+    assert settings.deploy_id == "deploy-iter-000"
+    assert settings.deploy_root == exp.exp_root / "artifacts" / "deploy-iter-000"
+
+
+def test_handoff_paths_are_relative_to_the_handoff_and_the_command_line_wins(exp: Experiment, tmp_path: Path):
+    from_handoff = build_settings({}, invocation_dir=tmp_path, handoff_path=exp.handoff0)
+    assert from_handoff.exp_root.resolve() == exp.exp_root.resolve()
+    assert from_handoff.workload.resolve() == (exp.exp_root / "user_workload.yaml").resolve()
+    assert [s.type for s in from_handoff.support] == ["model-cache", "model-download"]
+    assert from_handoff.storage_class == "standard"
+    overridden = build_settings(
+        {"storage_class": "fast", "support": ["model-cache=other.yaml"], "keep_on_failure": True, "retire_s": 30},
+        invocation_dir=tmp_path,
+        handoff_path=exp.handoff0,
+    )
+    assert overridden.storage_class == "fast"
+    assert overridden.support == (SupportInput("model-cache", tmp_path / "other.yaml"),)
+    assert overridden.keep_on_failure is True
+    assert overridden.timeouts.retire_s == 30
+
+
+@pytest.mark.parametrize(
+    ("content", "needles"),
+    [
+        (None, ["--handoff", "file not found"]),
+        ("a: [1,\n", ["--handoff", "YAML syntax error at line"]),
+        ("a: 1\n---\nb: 2\n", ["--handoff", "exactly one YAML mapping"]),
+        ("iteration: 0\nexp-rot: .\n", ["--handoff", "unknown key 'exp-rot'"]),
+        ("timeouts: {retire: 5}\n", ["timeouts.retire", "unknown timeout"]),
+    ],
+)
+def test_bad_handoff_file_is_refused(exp: Experiment, tmp_path: Path, content: str | None, needles: list[str]):
+    handoff = tmp_path / "handoff.yaml"
+    if content is not None:
+        handoff.write_text(content)
+    with pytest.raises(InputError) as info:
+        build_settings(cli_for(exp), invocation_dir=tmp_path, handoff_path=handoff)
+    assert_one_line(info.value, *needles)
+
+
+# --- prepare: the happy path -----------------------------------------------------------------
+
+
+def test_iteration0_creates_exactly_the_deployment_directory_with_stable_copies(exp: Experiment):
+    sources = {p: sha(p) for p in (exp.exp_root / "inputs").iterdir()}
+    seen: list[tuple[Path, bool]] = []
+    prepared = inputs.prepare(settings_for(exp), on_directory=lambda root, resumed, _e: seen.append((root, resumed)))
+    root = exp.exp_root.resolve() / "artifacts" / "deploy-iter-000"
+    assert seen == [(root, False)]
+    assert sorted(p.name for p in (exp.exp_root / "artifacts").iterdir()) == ["deploy-iter-000"]
+    assert sorted(p.name for p in root.iterdir()) == ["applied_manifests"]  # no logs/
+    applied = root / "applied_manifests"
+    assert sorted(p.name for p in applied.iterdir()) == ["deploy.yaml", "model-cache.yaml", "model-download.yaml"]
+    assert (applied / "deploy.yaml").read_bytes() == (exp.exp_root / "inputs/user_provided_dgd.yaml").read_bytes()
+    assert {p: sha(p) for p in sources} == sources  # handed-off sources untouched
+    assert prepared.dgd_name == "demo-agg"
+    assert prepared.workload.kube_context == "offline-demo"
+    assert prepared.workload.namespace == "dynamo-demo"
+    assert prepared.workload.pinned == ("precision", "framework")
+    assert prepared.previous is None and prepared.resume is None
+    records = [m.record(prepared.exp_root) for m in prepared.manifests]
+    assert records[0] == {
+        "type": "deploy",
+        "path": "artifacts/deploy-iter-000/applied_manifests/deploy.yaml",
+        "source_path": "inputs/user_provided_dgd.yaml",
+        "source_name": "user_provided_dgd.yaml",
+        "sha256": exp.dgd_sha256,
+        "source_sha256": exp.dgd_sha256,
+    }
+    assert inputs.verify_sources(prepared) == []
+
+
+@pytest.mark.parametrize(
+    "form",
+    ["runs/{exp_id}/inputs/user_provided_dgd.yaml", "inputs/user_provided_dgd.yaml",
+     "{root}/inputs/user_provided_dgd.yaml"],
+    ids=["runs-relative", "exp-root-relative", "absolute"],
+)
+def test_contract_dgd_path_may_be_written_in_three_forms(exp: Experiment, form: str):
+    value = form.format(exp_id=EXP_ID, root=exp.exp_root)
+    settings = rewrite_workload(exp, lambda d: d["deployment"].update(dgd_path=value))
+    assert inputs.prepare(settings).dgd_name == "demo-agg"
+
+
+def test_iteration_is_zero_padded_to_three_digits(exp: Experiment):
+    prev = exp.exp_root / "artifacts" / "deploy-iter-011"
+    prev.mkdir(parents=True)
+    (prev / LEDGER_NAME).write_text(json.dumps(
+        {"iteration": 11, "dgd_name": "demo-agg", "kube_context": "offline-demo", "namespace": "dynamo-demo"}))
+    settings = settings_for(exp, iteration=12, provenance="hypothesis-challenger", prev_deploy_root=prev)
+    prepared = inputs.prepare(settings)
+    assert prepared.deploy_root.name == "deploy-iter-012"
+    assert prepared.previous is not None and prepared.previous.dgd_name == "demo-agg"
+
+
+def test_iteration1_reads_the_previous_ledger(exp: Experiment):
+    inputs.prepare(settings_for(exp))
+    prev_root = exp.exp_root / "artifacts" / "deploy-iter-000"
+    (prev_root / LEDGER_NAME).write_text(json.dumps(
+        {"iteration": 0, "dgd_name": "demo-agg", "kube_context": "offline-demo", "namespace": "dynamo-demo",
+         "status": "ready"}))
+    stage_candidate(exp.exp_root, 1)
+    draft = prev_root / "next-candidate" / "deploy-draft.yaml"
+    settings = settings_for(exp, iteration=1, provenance="hypothesis-challenger", prev_deploy_root=prev_root,
+                            dgd=draft, dgd_sha256=sha(draft))
+    prepared = inputs.prepare(settings)
+    assert prepared.previous is not None
+    assert prepared.previous.record(prepared.exp_root) == {
+        "root": "artifacts/deploy-iter-000", "ledger": "artifacts/deploy-iter-000/deployment_ledger.json",
+        "iteration": 0, "dgd_name": "demo-agg", "kube_context": "offline-demo", "namespace": "dynamo-demo",
+        "status": "ready",
+    }
+    assert "--max-num-seqs 64" in (prepared.deploy_root / "applied_manifests/deploy.yaml").read_text()
+
+
+# --- prepare: refusals, table-driven ---------------------------------------------------------
+
+
+def _drop(dotted: str) -> Any:
+    def edit(data: dict[str, Any]) -> None:
+        *parents, last = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        del node[last]
+    return edit
+
+
+def _set(dotted: str, value: Any) -> Any:
+    def edit(data: dict[str, Any]) -> None:
+        *parents, last = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "needles"),
+    [
+        ("a: [1,\n", ["YAML syntax error at line 2"]),
+        ("a: 1\n---\nb: 2\n", ["holds 2 YAML documents"]),
+        ("", ["holds 0 YAML documents"]),
+        ("- a\n- b\n", ["is a YAML list, a mapping is expected"]),
+        ("profile: {name: a}\nprofile: {name: b}\n", ["duplicate key 'profile'"]),
+        (_drop("kubernetes.kube_context"), ["field kubernetes.kube_context", "missing"]),
+        (_drop("kubernetes.namespace"), ["field kubernetes.namespace", "missing"]),
+        (_drop("deployment.dgd_sha256"), ["field deployment.dgd_sha256", "missing"]),
+        (_drop("profile.name"), ["field profile.name", "missing"]),
+        (_drop("hardware"), ["field hardware", "missing"]),
+        (_set("kubernetes.namespace", 5), ["field kubernetes.namespace", "got int"]),
+        (_set("kubernetes.kube_context", ""), ["field kubernetes.kube_context", "non-empty"]),
+        (_set("kubernetes", "prod"), ["field kubernetes", "must be a mapping"]),
+        (_set("profile.type", "batch"), ["field profile.type", "chat, agentic, custom"]),
+        (_set("hardware", []), ["field hardware", "non-empty list"]),
+        (_set("hardware", [{"gpu_type": "H200", "gpu_count": "8"}]), ["hardware[0].gpu_count"]),
+        (_set("hardware", [{"gpu_type": "H200", "gpu_count": True}]), ["hardware[0].gpu_count"]),
+        (_set("deployment.dgd_sha256", "XYZ"), ["field deployment.dgd_sha256", "hex"]),
+        (_set("deployment.origin", "someone"), ["field deployment.origin"]),
+        (_set("resources.gpu_ceiling", "8"), ["field resources.gpu_ceiling"]),
+        (_set("resources.pinned", "precision"), ["field resources.pinned", "list of strings"]),
+        (_set("traffic.concurrency", [1, "8"]), ["field traffic.concurrency"]),
+        (_set("budgets.max_failed_deploys", "3"), ["field budgets.max_failed_deploys"]),
+        (_set("objectives.ttft_ms_p95_max", True), ["field objectives.ttft_ms_p95_max"]),
+    ],
+)
+def test_bad_workload_is_refused_before_any_directory(exp: Experiment, edit: Any, needles: list[str]):
+    error = refused(rewrite_workload(exp, edit))
+    assert_one_line(error, "--workload user_workload.yaml", *needles)
+    assert not (exp.exp_root / "artifacts").exists()
+
+
+def test_workload_hash_is_checked_before_it_is_parsed(exp: Experiment):
+    (exp.exp_root / "user_workload.yaml").write_text("a: [1,\n")  # broken YAML, stale handed-over hash
+    error = refused(settings_for(exp, workload_sha256=exp.workload_sha256))
+    assert_one_line(error, "--workload", "SHA-256 is", "the handoff says", "re-issue the handoff")
+
+
+@pytest.mark.parametrize(
+    ("make", "needles"),
+    [
+        (lambda e: settings_for(e, workload_sha256="0" * 64), ["--workload", "SHA-256 is"]),
+        (lambda e: settings_for(e, dgd_sha256="0" * 64), ["--dgd inputs/user_provided_dgd.yaml", "SHA-256 is"]),
+        (lambda e: settings_for(e, workload=e.exp_root / "nope.yaml"), ["--workload nope.yaml", "file not found"]),
+        (lambda e: settings_for(e, dgd=e.exp_root / "inputs"), ["--dgd inputs", "not a regular file"]),
+        (lambda e: settings_for(e, exp_root=e.exp_root / "missing"), ["--exp-root", "directory not found"]),
+        (lambda e: settings_for(e, support=(SupportInput("model-cache", e.exp_root / "x.yaml"),)),
+         ["--support model-cache=x.yaml", "file not found"]),
+    ],
+    ids=["workload-hash", "dgd-hash", "missing-workload", "dgd-is-dir", "missing-exp-root", "missing-support"],
+)
+def test_missing_or_mismatching_input_is_refused(exp: Experiment, make: Any, needles: list[str]):
+    assert_one_line(refused(make(exp)), *needles)
+    assert not (exp.exp_root / "artifacts").exists()
+
+
+def _copy_dgd(exp: Experiment, where: Path) -> Settings:
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.write_bytes((exp.exp_root / "inputs/user_provided_dgd.yaml").read_bytes())
+    return settings_for(exp, dgd=where)
+
+
+def test_iteration0_dgd_must_be_the_contract_path(exp: Experiment):
+    error = refused(_copy_dgd(exp, exp.exp_root / "inputs" / "copy.yaml"))  # same bytes, other path
+    assert_one_line(error, "--dgd inputs/copy.yaml", "deployment.dgd_path")
+
+
+def test_iteration0_dgd_must_have_the_contract_hash(exp: Experiment):
+    settings = rewrite_workload(exp, _set("deployment.dgd_sha256", "a" * 64))
+    assert_one_line(refused(settings), "--dgd", "deployment.dgd_sha256")
+
+
+def test_input_outside_exp_root_is_refused(exp: Experiment, tmp_path: Path):
+    error = refused(_copy_dgd(exp, tmp_path / "elsewhere" / "user_provided_dgd.yaml"))
+    assert_one_line(error, "--dgd", "outside EXP_ROOT")
+
+
+def test_symlink_escaping_exp_root_is_refused(exp: Experiment, tmp_path: Path):
+    outside = tmp_path / "outside.yaml"
+    outside.write_bytes((exp.exp_root / "user_workload.yaml").read_bytes())
+    link = exp.exp_root / "linked_workload.yaml"
+    link.symlink_to(outside)
+    error = refused(settings_for(exp, workload=link))
+    assert_one_line(error, "--workload linked_workload.yaml", "symlink", "outside EXP_ROOT")
+
+
+def test_symlinked_artifacts_dir_escaping_exp_root_is_refused(exp: Experiment, tmp_path: Path):
+    (tmp_path / "elsewhere").mkdir()
+    (exp.exp_root / "artifacts").symlink_to(tmp_path / "elsewhere")
+    assert_one_line(refused(settings_for(exp)), "artifacts/", "outside EXP_ROOT")
+
+
+def test_symlink_inside_exp_root_is_accepted(exp: Experiment):
+    link = exp.exp_root / "wl-link.yaml"
+    link.symlink_to(exp.exp_root / "user_workload.yaml")
+    assert inputs.prepare(settings_for(exp, workload=link)).workload_file.rel == "user_workload.yaml"
+
+
+def test_superseded_experiment_root_is_refused(exp: Experiment):
+    (exp.exp_root / "SUPERSEDED").write_text("new EXP_ROOT: runs/x\n")
+    assert_one_line(refused(settings_for(exp)), "--exp-root", "SUPERSEDED")
+
+
+DGD_DOC = {"apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoGraphDeployment", "metadata": {"name": "x"},
+           "spec": {"services": {}}}
+
+
+@pytest.mark.parametrize(
+    ("docs", "needle"),
+    [
+        ([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}], "holds 0 DynamoGraphDeployment"),
+        ([DGD_DOC, DGD_DOC], "holds 2 DynamoGraphDeployment"),
+        ([{**DGD_DOC, "apiVersion": "nvidia.com/v2"}], "apiVersion"),
+        ([{**DGD_DOC, "metadata": {}}], "no metadata.name"),
+        (["just a string"], "document 1 is a YAML str"),
+    ],
+)
+def test_assigned_file_must_hold_one_dgd(exp: Experiment, docs: list[Any], needle: str):
+    path = exp.exp_root / "inputs" / "user_provided_dgd.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    settings = rewrite_workload(exp, _set("deployment.dgd_sha256", sha(path)))
+    settings = Settings(**{**settings.__dict__, "dgd_sha256": sha(path)})
+    assert_one_line(refused(settings), "--dgd", needle)
+
+
+def test_dgd_with_a_configmap_before_it_is_accepted(exp: Experiment):
+    path = exp.exp_root / "inputs" / "user_provided_dgd.yaml"
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "engine"}}
+    docs = [configmap, *yaml.safe_load_all(path.read_text())]
+    path.write_text(yaml.safe_dump_all(docs))
+    settings = rewrite_workload(exp, _set("deployment.dgd_sha256", sha(path)))
+    settings = Settings(**{**settings.__dict__, "dgd_sha256": sha(path)})
+    assert inputs.prepare(settings).dgd_name == "demo-agg"
+
+
+# --- support manifests and download variants -------------------------------------------------
+
+
+def _variant(exp: Experiment, name: str) -> SupportInput:
+    path = exp.exp_root / "inputs" / name
+    path.write_bytes((exp.exp_root / "inputs" / "model-download.yaml").read_bytes() + f"# {name}\n".encode())
+    return SupportInput("model-download", path)
+
+
+def _with_model(exp: Experiment, model_arg: str) -> Settings:
+    path = exp.exp_root / "inputs" / "user_provided_dgd.yaml"
+    path.write_text(path.read_text().replace("--model Qwen/Qwen3-0.6B", model_arg))
+    settings = rewrite_workload(exp, _set("deployment.dgd_sha256", sha(path)))
+    return Settings(**{**settings.__dict__, "dgd_sha256": sha(path)})
+
+
+@pytest.mark.parametrize(
+    ("model_arg", "variants", "chosen"),
+    [
+        ("--model org/Model-FP8-dynamic", ["model-download-fp8.yaml", "model-download-nvfp4.yaml"],
+         "model-download-fp8.yaml"),
+        ("--model org/Model --quantization nvfp4", ["model-download-fp8.yaml", "model-download-nvfp4.yaml"],
+         "model-download-nvfp4.yaml"),
+        ("--model org/Model-FP4", ["model-download-fp8.yaml", "model-download-nvfp4.yaml"],
+         "model-download-nvfp4.yaml"),
+        ("--model org/Model --dtype bfloat16", ["model-download-fp8.yaml", "model-download-bf16.yaml"],
+         "model-download-bf16.yaml"),
+        ("--model org/Model", ["model-download.yaml", "model-download-fp8.yaml"], "model-download.yaml"),
+    ],
+    ids=["fp8-model-name", "nvfp4-quantization", "fp4-family", "bfloat16-dtype", "generic-fallback"],
+)
+def test_download_variant_matching_the_dgd_precision_is_copied_as_model_download(
+    exp: Experiment, model_arg: str, variants: list[str], chosen: str
+):
+    settings = _with_model(exp, model_arg)
+    support = tuple(_variant(exp, v) if v != "model-download.yaml" else
+                    SupportInput("model-download", exp.exp_root / "inputs" / v) for v in variants)
+    prepared = inputs.prepare(Settings(**{**settings.__dict__, "support": support}))
+    download = next(m for m in prepared.manifests if m.type == "model-download")
+    assert download.source_name == chosen
+    assert download.path.name == "model-download.yaml"
+    assert download.path.read_bytes() == (exp.exp_root / "inputs" / chosen).read_bytes()
+    assert [u.path.name for u in prepared.unselected] == [v for v in variants if v != chosen]
+
+
+@pytest.mark.parametrize(
+    ("model_arg", "variants"),
+    [
+        ("--model org/Model", ["model-download-fp8.yaml", "model-download-nvfp4.yaml"]),
+        ("--model org/Model-FP8 --dtype fp16", ["model-download-fp8.yaml", "model-download-fp16.yaml"]),
+    ],
+    ids=["no-precision-in-dgd", "two-matches"],
+)
+def test_ambiguous_download_variants_are_refused(exp: Experiment, model_arg: str, variants: list[str]):
+    settings = _with_model(exp, model_arg)
+    support = tuple(_variant(exp, v) for v in variants)
+    error = refused(Settings(**{**settings.__dict__, "support": support}))
+    assert_one_line(error, "--support model-download", "cannot tell which one")
+
+
+def test_two_model_cache_manifests_are_refused(exp: Experiment):
+    cache = exp.exp_root / "inputs" / "model-cache.yaml"
+    settings = settings_for(exp, support=(SupportInput("model-cache", cache), SupportInput("model-cache", cache)))
+    assert_one_line(refused(settings), "--support model-cache", "2 times")
+
+
+def test_support_manifest_needs_kind_and_name(exp: Experiment):
+    bad = exp.exp_root / "inputs" / "model-validate.yaml"
+    bad.write_text("spec: {}\n")
+    settings = settings_for(exp, support=(SupportInput("model-validate", bad),))
+    assert_one_line(refused(settings), "--support model-validate", "kind and metadata.name")
+
+
+def test_only_handed_off_support_manifests_are_copied(exp: Experiment):
+    prepared = inputs.prepare(settings_for(exp, support=()))
+    assert [p.name for p in (prepared.deploy_root / "applied_manifests").iterdir()] == ["deploy.yaml"]
+
+
+# --- previous deployment ---------------------------------------------------------------------
+
+
+def _iter1(exp: Experiment, prev_root: Path) -> Settings:
+    return settings_for(exp, iteration=1, provenance="hypothesis-challenger", prev_deploy_root=prev_root)
+
+
+@pytest.mark.parametrize(
+    ("ledger", "needles"),
+    [
+        (None, ["--prev-deploy-root ledger", "file not found"]),
+        ("{not json", ["--prev-deploy-root ledger", "not valid JSON"]),
+        ({"iteration": 0, "kube_context": "c", "namespace": "n"}, ["ledger field dgd_name"]),
+        ({"iteration": 3, "dgd_name": "d", "kube_context": "c", "namespace": "n"}, ["ledger field iteration"]),
+    ],
+    ids=["no-ledger", "invalid-json", "no-dgd-name", "wrong-iteration"],
+)
+def test_previous_root_must_hold_a_usable_ledger(exp: Experiment, ledger: Any, needles: list[str]):
+    prev = exp.exp_root / "artifacts" / "deploy-iter-000"
+    prev.mkdir(parents=True)
+    if ledger is not None:
+        (prev / LEDGER_NAME).write_text(ledger if isinstance(ledger, str) else json.dumps(ledger))
+    assert_one_line(refused(_iter1(exp, prev)), *needles)
+    assert not (exp.exp_root / "artifacts" / "deploy-iter-001").exists()
+
+
+def test_missing_previous_root_is_refused(exp: Experiment):
+    error = refused(_iter1(exp, exp.exp_root / "artifacts" / "deploy-iter-000"))
+    assert_one_line(error, "--prev-deploy-root", "directory not found")
+
+
+# --- reruns ----------------------------------------------------------------------------------
+
+
+def _ledger_for(prepared: inputs.Prepared) -> dict[str, Any]:
+    return {"source_dgd": prepared.source_dgd.record(),
+            "applied_manifests": [m.record(prepared.exp_root) for m in prepared.manifests]}
+
+
+def test_rerun_of_the_same_candidate_resumes_and_keeps_patched_copies(exp: Experiment):
+    first = inputs.prepare(settings_for(exp))
+    (first.deploy_root / LEDGER_NAME).write_text(json.dumps(_ledger_for(first)))
+    patched = first.deploy_root / "applied_manifests" / "model-cache.yaml"
+    patched.write_text(patched.read_text().replace("your-storage-class-name", "standard"))
+    stale = first.deploy_root / "applied_manifests" / "model-validate.yaml"
+    stale.write_text("kind: Job\n")
+    seen: list[bool] = []
+    second = inputs.prepare(settings_for(exp), on_directory=lambda _r, resumed, earlier: seen.append(resumed))
+    assert seen == [True]
+    assert second.resume is not None
+    assert set(second.resume.kept) == {"deploy.yaml", "model-cache.yaml", "model-download.yaml"}
+    assert second.resume.removed == ("model-validate.yaml",)
+    assert "standard" in patched.read_text()  # the latest attempted (patched) copy is kept
+
+
+def test_different_candidate_for_an_existing_directory_is_refused(exp: Experiment):
+    first = inputs.prepare(settings_for(exp))
+    ledger = _ledger_for(first)
+    ledger["source_dgd"]["sha256"] = "b" * 64
+    (first.deploy_root / LEDGER_NAME).write_text(json.dumps(ledger))
+    assert_one_line(refused(settings_for(exp)), "--iter 0", "another candidate")
+
+
+def test_directory_left_without_ledger_is_resumed_only_for_the_same_dgd(exp: Experiment):
+    first = inputs.prepare(settings_for(exp))
+    assert inputs.prepare(settings_for(exp)).resume is not None  # deploy.yaml copy has the same hash
+    (first.deploy_root / "applied_manifests" / "deploy.yaml").write_text("kind: Other\n")
+    assert_one_line(refused(settings_for(exp)), "another candidate")
+
+
+def test_source_modified_during_the_run_is_detected(exp: Experiment):
+    prepared = inputs.prepare(settings_for(exp))
+    with (exp.exp_root / "inputs" / "model-cache.yaml").open("a") as handle:
+        handle.write("# edited\n")
+    problems = inputs.verify_sources(prepared)
+    assert len(problems) == 1 and problems[0].startswith("inputs/model-cache.yaml: modified during the run")
+
+
+def test_rel_paths_are_exp_root_relative_even_through_a_symlinked_root(exp: Experiment, tmp_path: Path):
+    alias = tmp_path / "alias"
+    os.symlink(exp.exp_root, alias)
+    settings = settings_for(exp, exp_root=alias, workload=alias / "user_workload.yaml",
+                            dgd=alias / "inputs" / "user_provided_dgd.yaml")
+    prepared = inputs.prepare(settings)
+    assert prepared.workload_file.rel == "user_workload.yaml"
+    assert prepared.source_dgd.rel == "inputs/user_provided_dgd.yaml"
