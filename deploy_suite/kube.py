@@ -706,6 +706,7 @@ class PortForward:
                                      start_new_session=True)
         self.local_port: int | None = None
         self.output: list[str] = []
+        self._reader: threading.Thread | None = None
 
     def wait_ready(self, timeout: float) -> int:
         """Read kubectl's output until it prints 'Forwarding from 127.0.0.1:<port>'."""
@@ -720,7 +721,8 @@ class PortForward:
                     done.set()
             done.set()
 
-        threading.Thread(target=reader, daemon=True).start()
+        self._reader = threading.Thread(target=reader, daemon=True)
+        self._reader.start()
         done.wait(timeout)
         if self.local_port is None:
             self.stop()
@@ -736,12 +738,16 @@ class PortForward:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
             except ProcessLookupError:
-                return
+                pass
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
+        if self._reader is not None:
+            self._reader.join(5)  # EOF after the process exits
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
     def __enter__(self) -> PortForward:
         return self

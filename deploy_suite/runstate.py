@@ -15,7 +15,7 @@ context passed along, an aborted step skips the rest with a reason.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -81,6 +81,9 @@ class RunState:
     current: str | None = None  # the step running now
     stopped: tuple[str, str] | None = None  # (step, reason) that makes every later step skip
     _started: dict[str, float] = field(default_factory=dict)
+    # Where live progress lines go (the plugin points it at the terminal); waits call progress().
+    progress_sink: Callable[[str], None] | None = None
+    last_progress: str = ""
 
     @classmethod
     def create(cls, settings: Settings) -> RunState:
@@ -153,6 +156,12 @@ class RunState:
             raise RuntimeError("no step is running")
         evidence: dict[str, Any] = self.ledger.step(self.current)["evidence"]
         return evidence
+
+    def progress(self, message: str) -> None:
+        """A live one-line state of the current wait (what is awaited, the last state seen)."""
+        self.last_progress = message
+        if self.progress_sink is not None:
+            self.progress_sink(f"[{self.current or 'run'}] {message}")
 
     def add_evidence(self, **items: Any) -> None:
         self.evidence.update(items)

@@ -51,6 +51,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings is None:
         return
     run = RunState.create(settings)
+
+    def to_terminal(line: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"  ... {line}")
+
+    run.progress_sink = to_terminal
     config.stash[RUN_KEY] = run
     config.pluginmanager.register(LedgerPlugin(run, config), "deploy-suite-ledger")
 
