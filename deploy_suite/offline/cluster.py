@@ -32,9 +32,12 @@ import yaml
 from deploy_suite import clock
 from deploy_suite.errors import ClusterError, Conflict, KubeError, WaitTimeout
 from deploy_suite.kube import Kube, Obj
-from deploy_suite.offline import binaries, pools
+from deploy_suite.offline import binaries, dynamo_runtime, pools
 
 MARKER = "deploy-suite.json"
+MANIFESTS = Path(__file__).with_name("manifests")
+KWOK_CRDS = ("Stage", "PortForward", "ClusterPortForward", "Logs", "ClusterLogs")
+KWOK_CRD_PLURALS = ("stages", "portforwards", "clusterportforwards", "logs", "clusterlogs")
 CONTROLLERS = "deploy-suite-controllers"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 AUDIT_POLICY = """\
@@ -245,6 +248,10 @@ class OfflineCluster:
             # kwokctl would otherwise merge into ~/.kube/config; we write our own file.
             "--kubeconfig", str(conf_dir / "kwokctl-kubeconfig.yaml"),
             "--kube-audit-policy", str(conf_dir / "audit-policy.yaml"),
+            # Stages, port-forwards and logs as API objects: faults can be switched at runtime and
+            # the operator simulator wires pods to local processes. kwokctl then loads no default
+            # stages: ours (manifests/stages.yaml) are applied before any node exists.
+            f"--enable-crds={','.join(KWOK_CRDS)}",
             "--wait", "60s",
         ]
         if self.apiserver_port:
@@ -285,6 +292,7 @@ class OfflineCluster:
 
     def _apply_layout(self, layout: pools.Layout, timeout: float) -> None:
         kube = self.kube()
+        self._install_manifests(kube, timeout)
         for sc in layout.storage_class_manifests():
             kube.apply(sc)
         for node in layout.nodes():
@@ -305,6 +313,20 @@ class OfflineCluster:
                           label_selector="type=kwok")
         except WaitTimeout as exc:
             raise ClusterError(f"{exc}; fix: see {self.dir / 'logs' / 'kwok-controller.log'}") from exc
+
+    def _install_manifests(self, kube: Kube, timeout: float) -> None:
+        """Our CRDs (DGD, DCD) and kwok's default stages, before any node or workload exists."""
+        crds = [d for d in yaml.safe_load_all((MANIFESTS / "crds.yaml").read_text()) if d]
+        for crd in crds:
+            kube.apply(crd)
+        wait_established(kube, [c["metadata"]["name"] for c in crds], timeout)
+        if kube.get_or_none("CustomResourceDefinition", "stages.kwok.x-k8s.io") is None:
+            # A cluster created before Stages became objects runs kwokctl's built-in stages.
+            self.log(f"cluster {self.name}: kwok Stage CRD absent (created by an older version); "
+                     "runtime fault switches need `cluster down` then `up`")
+            return
+        wait_established(kube, [f"{plural}.kwok.x-k8s.io" for plural in KWOK_CRD_PLURALS], timeout)
+        kube.apply_file(MANIFESTS / "stages.yaml", None)
 
     def _ensure_controllers(self) -> None:
         pid = self._pids().get(CONTROLLERS)
@@ -335,6 +357,10 @@ class OfflineCluster:
         ctl = pids.pop(CONTROLLERS, None)
         if ctl is not None:
             _terminate([ctl])  # first, so it does not log errors while the apiserver goes away
+        # The Dynamo frontends/mockers the operator simulator started run in their own sessions.
+        stopped = dynamo_runtime.stop_all(self.dir / "dynamo") if (self.dir / "dynamo").is_dir() else []
+        if stopped:
+            self.log(f"stopped {len(stopped)} Dynamo serving process group(s)")
         bins = binaries.BinarySet(binaries.bin_dir())
         if bins.path("kwokctl").exists():
             conf = workdir() / "configs" / self.name / "kwokctl-kubeconfig.yaml"
@@ -363,6 +389,23 @@ def wait_exit(pid: int, timeout: float) -> bool:
         return bool(ready) or not _pid_alive(pid)
     finally:
         os.close(fd)
+
+
+def wait_established(kube: Kube, names: list[str], timeout: float) -> None:
+    """Wait until each CRD is Established, i.e. its REST endpoints serve (watch, not poll)."""
+    wanted = set(names)
+
+    def established(objs: dict[str, Obj]) -> tuple[bool, str]:
+        done = {o["metadata"]["name"] for o in objs.values()
+                if any(c.get("type") == "Established" and c.get("status") == "True"
+                       for c in (o.get("status") or {}).get("conditions") or [])}
+        missing = sorted(wanted - done)
+        return not missing, f"waiting for {', '.join(missing)}" if missing else "all Established"
+
+    try:
+        kube.wait_for("CustomResourceDefinition", established, awaited="CRDs Established", timeout=timeout)
+    except WaitTimeout as exc:
+        raise ClusterError(f"{exc}; fix: see the kube-apiserver log") from exc
 
 
 def _terminate(pids: list[int], grace: float = 10.0) -> None:

@@ -7,7 +7,10 @@ real cluster): it honours ``WaitForFirstConsumer`` by waiting for the scheduler'
 pre-bound through ``claimRef``, and deletes released PVs (reclaim policy ``Delete``). The real PV
 controller in kube-controller-manager does the binding.
 
-Run as ``python -m deploy_suite.offline.controllers --kubeconfig K --context C``.
+It also runs the Dynamo operator simulator (:mod:`deploy_suite.offline.operator_sim`): DGDs become
+Deployments, Services and status, and get a local Dynamo frontend + mocker behind kwok port-forwards.
+
+Run as ``python -m deploy_suite.offline.controllers --kubeconfig K --context C --cluster-dir D``.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from deploy_suite import clock
 from deploy_suite.errors import Conflict, KubeError, NotFound
 from deploy_suite.kube import Kube, Obj
+from deploy_suite.offline.operator_sim import OperatorSim
 from deploy_suite.offline.pools import PROVISIONER
 
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
@@ -115,16 +120,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--context", required=True)
     parser.add_argument("--cluster-dir", required=True, help="the cluster's state directory")
+    parser.add_argument("--no-serving", action="store_true",
+                        help="do not start Dynamo frontends/mockers for DGDs (status and children only)")
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     kube = Kube(args.context, args.kubeconfig, user_agent="deploy-suite-controllers")
     prov = Provisioner(kube)
+    # Its own client: the simulator's worker and serving threads must not queue behind watches.
+    sim = OperatorSim(Kube(args.context, args.kubeconfig, user_agent="deploy-suite-operator-sim"),
+                      Path(args.cluster_dir), log, serve=not args.no_serving)
     loops = [
         ("provisioner/claims", lambda: kube.watch_events("PersistentVolumeClaim", stop), prov.on_claim),
         ("provisioner/volumes", lambda: kube.watch_events("PersistentVolume", stop), prov.on_volume),
+        *sim.loops(stop),
     ]
+    sim.start(stop)
     threads = [threading.Thread(target=run_loop, args=(n, e, h, stop), daemon=True, name=n) for n, e, h in loops]
     for t in threads:
         t.start()

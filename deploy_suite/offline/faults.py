@@ -1,0 +1,338 @@
+"""Fault switches for the offline cluster: kwok Stages that tests apply at runtime and delete after.
+
+The cluster runs kwok with Stages as API objects (``cluster up`` passes ``--enable-crds=Stage,...``
+and applies the default lifecycle from ``manifests/stages.yaml``, all weight 0). A fault is one or
+more extra Stages with weight 10000: where a fault stage and a default stage both match a pod, kwok
+picks by weight, so the fault always wins, and only for the pods its selector names:
+
+* :func:`by_dgd` - pods of one DynamoGraphDeployment (the operator's graph-name label);
+* :func:`by_image` - pods with a container whose image contains a substring (a jq expression);
+* :func:`by_job` - pods of one Job (``batch.kubernetes.io/job-name``, else ``job-name``).
+
+Example (a test)::
+
+    fault = faults.crash_loop("crash-llm", faults.by_dgd("llm", namespace=ns))
+    faults.apply(kube, fault)
+    try:
+        kube.apply(dgd_manifest, ns)   # its pods now go Running -> CrashLoopBackOff
+        ...
+    finally:
+        faults.remove(kube, fault)
+
+Stages only act on pod events, so apply a fault *before* the pods it should hit are created (a
+pod already Running is left as it is until its next change). Removing a fault leaves pods that are
+already faulted as they are (pod-ready skips waiting pods); delete them and their controller makes
+healthy ones, as on a real cluster after the image or the crash is fixed.
+
+``kubectl logs`` of a faulted pod can serve a local file through a kwok ``Logs`` object
+(:func:`logs_object`): the crash output a person (or the harness's triage) would read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deploy_suite import clock
+from deploy_suite.kube import Kube, Obj
+
+KWOK_API = "kwok.x-k8s.io/v1alpha1"
+FAULT_WEIGHT = 10000
+LABEL_FAULT = "deploy-suite.local/fault"
+DGD_NAME_LABEL = "nvidia.com/dynamo-graph-deployment-name"
+# How long a crashed container "backs off" before the next simulated restart (kubelet starts at 10s).
+CRASH_BACKOFF_MS = 10000
+WAITING_FAULTS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull")
+
+Expression = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """The Stage objects that make up one fault switch (apply all, delete all)."""
+
+    name: str
+    stages: tuple[Obj, ...]
+
+
+# ------------------------------------------------------------------ selectors
+
+
+def _in(key: str, *values: str) -> Expression:
+    return {"key": key, "operator": "In", "values": list(values)}
+
+
+def _namespace(namespace: str | None) -> list[Expression]:
+    return [_in(".metadata.namespace", namespace)] if namespace else []
+
+
+def by_dgd(name: str, namespace: str | None = None) -> list[Expression]:
+    """Pods the operator created for DGD ``name`` (every component)."""
+    return [_in(f'.metadata.labels["{DGD_NAME_LABEL}"]', name), *_namespace(namespace)]
+
+
+def by_image(substring: str, namespace: str | None = None) -> list[Expression]:
+    """Pods with a container whose image contains ``substring`` (e.g. a bad tag)."""
+    # json.dumps makes a valid jq string literal of any substring (quotes, backslashes).
+    expr = f".spec.containers.[].image | contains({json.dumps(substring)})"
+    return [_in(expr, "true"), *_namespace(namespace)]
+
+
+def by_job(name: str, namespace: str | None = None) -> list[Expression]:
+    """Pods of Job ``name``: the job controller labels them with both spellings since 1.27."""
+    expr = '.metadata.labels["batch.kubernetes.io/job-name"] // .metadata.labels["job-name"]'
+    return [_in(expr, name), *_namespace(namespace)]
+
+
+def _alive(phases: Sequence[str]) -> list[Expression]:
+    return [{"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+            _in(".status.phase", *phases)]
+
+
+def _stage(name: str, selector: Iterable[Expression], status_template: str, *,
+           delay_ms: int | None = None) -> Obj:
+    spec: Obj = {
+        "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+        "selector": {"matchExpressions": list(selector)},
+        "weight": FAULT_WEIGHT,
+        "next": {"statusTemplate": status_template},
+    }
+    if delay_ms is not None:
+        spec["delay"] = {"durationMilliseconds": delay_ms, "jitterDurationMilliseconds": delay_ms + delay_ms // 10}
+    return {"apiVersion": KWOK_API, "kind": "Stage",
+            "metadata": {"name": name, "labels": {LABEL_FAULT: "true"}}, "spec": spec}
+
+
+# ------------------------------------------------------------------ templates
+
+# kwok renders these Go templates against the pod and merges the result into its status.
+_NOT_READY_CONDITIONS = """\
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: PodScheduled
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: ContainersNotReady
+  message: {{ printf "containers with unready status: %s" $names | Quote }}
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: ContainersNotReady
+  message: {{ printf "containers with unready status: %s" $names | Quote }}
+  type: ContainersReady
+"""
+
+_HEAD = """\
+{{ $now := Now }}
+{{ $root := . }}
+{{ $names := list }}{{ range .spec.containers }}{{ $names = append $names .name }}{{ end }}
+{{ $names = printf "[%s]" (join " " $names) }}
+"""
+
+_IPS = """\
+{{ with NodeIPWith .spec.nodeName }}
+hostIP: {{ . | Quote }}
+{{ end }}
+{{ with PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) \
+( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+podIP: {{ . | Quote }}
+{{ end }}
+"""
+
+# One restart per backoff: restartCount grows from what the pod showed, like the kubelet's.
+_CRASH_TEMPLATE = _HEAD + _NOT_READY_CONDITIONS + """\
+containerStatuses:
+{{ range $c := .spec.containers }}
+{{ $prev := 0 }}
+{{ range $root.status.containerStatuses }}{{ if eq .name $c.name }}{{ $prev = .restartCount }}{{ end }}{{ end }}
+- image: {{ $c.image | Quote }}
+  imageID: ""
+  name: {{ $c.name | Quote }}
+  ready: false
+  started: false
+  restartCount: {{ add1 $prev }}
+  lastState:
+    terminated:
+      exitCode: EXIT_CODE
+      reason: Error
+      startedAt: {{ $now | Quote }}
+      finishedAt: {{ $now | Quote }}
+  state:
+    waiting:
+      reason: CrashLoopBackOff
+      message: {{ printf "back-off 10s restarting failed container=%s pod=%s_%s(%s)" $c.name \
+$root.metadata.name $root.metadata.namespace $root.metadata.uid | Quote }}
+{{ end }}
+phase: Running
+{{ with $root.status.startTime }}{{ else }}startTime: {{ $now | Quote }}{{ end }}
+""" + _IPS
+
+_IMAGE_TEMPLATE = _HEAD + _NOT_READY_CONDITIONS + """\
+containerStatuses:
+{{ range $c := .spec.containers }}
+- image: {{ $c.image | Quote }}
+  imageID: ""
+  name: {{ $c.name | Quote }}
+  ready: false
+  started: false
+  restartCount: 0
+  state:
+    waiting:
+      reason: REASON
+      message: {{ printf "MESSAGE" $c.image | Quote }}
+{{ end }}
+phase: Pending
+startTime: {{ $now | Quote }}
+""" + _IPS
+
+_JOB_FAIL_TEMPLATE = _HEAD + _NOT_READY_CONDITIONS + """\
+containerStatuses:
+{{ range $c := .spec.containers }}
+- image: {{ $c.image | Quote }}
+  imageID: ""
+  name: {{ $c.name | Quote }}
+  ready: false
+  started: false
+  restartCount: 0
+  state:
+    terminated:
+      exitCode: EXIT_CODE
+      reason: Error
+      startedAt: {{ $now | Quote }}
+      finishedAt: {{ $now | Quote }}
+{{ end }}
+phase: Failed
+startTime: {{ $now | Quote }}
+""" + _IPS
+
+_IMAGE_MESSAGES = {
+    "ImagePullBackOff": 'Back-off pulling image \\"%s\\"',
+    "ErrImagePull": 'failed to pull and unpack image \\"%s\\": not found',
+}
+
+
+# ------------------------------------------------------------------ faults
+
+
+def crash_loop(name: str, selector: Sequence[Expression], exit_code: int = 1) -> Fault:
+    """Selected pods run, crash with ``exit_code`` and sit in CrashLoopBackOff (phase Running,
+    Ready False, lastState terminated), restarting once per backoff while the fault is applied."""
+    template = _CRASH_TEMPLATE.replace("EXIT_CODE", str(int(exit_code)))
+    not_crashed = {"key": ".status.containerStatuses.[].state.waiting.reason", "operator": "NotIn",
+                   "values": ["CrashLoopBackOff"]}
+    crashed = _in(".status.containerStatuses.[].state.waiting.reason", "CrashLoopBackOff")
+    return Fault(name, (
+        _stage(name, [*selector, *_alive(["Pending", "Running"]), not_crashed], template),
+        # The restart loop: a crashed pod "restarts" and crashes again after each backoff.
+        _stage(f"{name}-backoff", [*selector, *_alive(["Running"]), crashed], template, delay_ms=CRASH_BACKOFF_MS),
+    ))
+
+
+def image_pull(name: str, selector: Sequence[Expression], reason: str = "ImagePullBackOff") -> Fault:
+    """Selected pods are scheduled (``spec.nodeName`` set, so they hold their GPUs) but stay
+    Pending with every container waiting on ``reason`` (ImagePullBackOff or ErrImagePull)."""
+    if reason not in _IMAGE_MESSAGES:
+        raise ValueError(f"reason {reason!r} is not one of {sorted(_IMAGE_MESSAGES)}")
+    template = _IMAGE_TEMPLATE.replace("REASON", reason).replace("MESSAGE", _IMAGE_MESSAGES[reason])
+    not_waiting = {"key": ".status.containerStatuses.[].state.waiting.reason", "operator": "NotIn",
+                   "values": list(WAITING_FAULTS)}
+    return Fault(name, (_stage(name, [*selector, *_alive(["Pending"]), not_waiting], template),))
+
+
+def job_pod_failure(name: str, selector: Sequence[Expression], exit_code: int = 1) -> Fault:
+    """Selected pods fail (phase Failed, exit ``exit_code``): the job controller retries until
+    ``backoffLimit`` is exhausted, then marks the Job Failed (reason BackoffLimitExceeded)."""
+    template = _JOB_FAIL_TEMPLATE.replace("EXIT_CODE", str(int(exit_code)))
+    return Fault(name, (_stage(name, [*selector, *_alive(["Pending", "Running"])], template),))
+
+
+def apply(kube: Kube, fault: Fault) -> None:
+    for stage in fault.stages:
+        kube.apply(stage)
+
+
+def remove(kube: Kube, fault: Fault) -> None:
+    for stage in fault.stages:
+        kube.delete(kube.resource(KWOK_API, "Stage"), stage["metadata"]["name"])
+
+
+# ------------------------------------------------------------------ kubectl logs
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def cri_log(text: str, stream: str = "stdout") -> str:
+    """``text`` in the CRI container log format, the only one kwok's ``Logs`` serves.
+
+    ``kubectl logs`` goes through kwok to the kubelet's CRI log reader, which refuses plain text
+    ("unsupported log format"): every line needs ``<RFC3339Nano time> <stream> F <line>``.
+    Colour codes are stripped, as a container runtime with no TTY would never see them.
+    """
+    now = clock.now()
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond:06d}000Z"
+    return "".join(f"{stamp} {stream} F {_ANSI.sub('', line)}\n" for line in text.splitlines())
+
+
+def write_cri_log(path: Path, text: str, stream: str = "stdout") -> Path:
+    """Write ``text`` to ``path`` in CRI log format (for :func:`logs_object`); returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(cri_log(text, stream))
+    return path
+
+
+def logs_object(pod: Obj, files: dict[str, Path] | Path, *, previous: Path | None = None,
+                follow: bool = False) -> Obj:
+    """A kwok ``Logs`` object making ``kubectl logs <pod> [-c container]`` serve local files.
+
+    The files must be in CRI log format (:func:`write_cri_log`). ``files`` is one file for every
+    container, or container name -> file. ``previous`` serves
+    ``kubectl logs --previous`` (the crashed container's output). Owned by the pod, so the
+    garbage collector removes it with the pod.
+    """
+    meta = pod["metadata"]
+    by_container = files if isinstance(files, dict) else {"": files}
+    entries: list[Obj] = []
+    for container, path in by_container.items():
+        entry: Obj = {"logsFile": str(path), "follow": follow}
+        if container:
+            entry["containers"] = [container]
+        else:
+            entry["containers"] = [c["name"] for c in pod["spec"]["containers"]]
+        if previous is not None:
+            entry["previousLogsFile"] = str(previous)
+        entries.append(entry)
+    return {
+        "apiVersion": KWOK_API, "kind": "Logs",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                     "ownerReferences": [owner_reference(pod)]},
+        "spec": {"logs": entries},
+    }
+
+
+def port_forward_object(pod: Obj, port: int, target_port: int, address: str = "127.0.0.1") -> Obj:
+    """A kwok ``PortForward``: ``kubectl port-forward <pod> x:<port>`` reaches ``address:target_port``."""
+    meta = pod["metadata"]
+    return {
+        "apiVersion": KWOK_API, "kind": "PortForward",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                     "ownerReferences": [owner_reference(pod)]},
+        "spec": {"forwards": [{"ports": [port], "target": {"address": address, "port": target_port}}]},
+    }
+
+
+def owner_reference(obj: Obj, controller: bool = False) -> Obj:
+    meta = obj["metadata"]
+    ref: Obj = {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
+                "name": meta["name"], "uid": meta["uid"]}
+    if controller:
+        ref.update(controller=True, blockOwnerDeletion=True)
+    return ref
