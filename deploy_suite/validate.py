@@ -432,14 +432,14 @@ class Validator:
 
     def check_capacity(self, dgd: Dgd) -> None:
         if self.nodes is None:
-            self.report.capacity = {"outcome": "unknown", "reasons": ["node list forbidden"]}
+            self.report.capacity = {"capacity": "unknown", "reasons": ["node list forbidden"]}
             return
         try:
             pods = self.kube.list_items("Pod", None, slim=capacity_slim_pod,
                                         field_selector="status.phase!=Succeeded,status.phase!=Failed")[0]
         except Forbidden:
             self.report.limitations.append("cluster-wide pod list forbidden: GPUs held by other pods are unknown")
-            self.report.capacity = {"outcome": "unknown", "reasons": ["pod list forbidden"]}
+            self.report.capacity = {"capacity": "unknown", "reasons": ["pod list forbidden"]}
             return
         if self.inp.retiring is not None:
             # Step 3 deletes the previous iteration's DGD before the apply: its GPUs will be free.

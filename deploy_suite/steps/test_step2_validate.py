@@ -38,10 +38,10 @@ def test_step2_validate(run: RunState, kube: Kube, namespace: str, manifests: di
     run.ledger.set_section("capacity", report.capacity)
     run.ledger.set_section("preflight", {
         **report.evidence, "warnings": report.warnings, "limitations": report.limitations,
-        "other_live_dgds": live_names, "capacity": (report.capacity or {}).get("outcome"),
+        "other_live_dgds": live_names, "capacity": (report.capacity or {}).get("capacity"),
         "pinned_ok": not any(b.cls == "pinned" for b in report.blockers),
         "blockers": [b.cls for b in report.blockers]})
-    run.add_evidence(capacity=(report.capacity or {}).get("outcome"), blockers=len(report.blockers),
+    run.add_evidence(capacity=(report.capacity or {}).get("capacity"), blockers=len(report.blockers),
                      patches=len(report.patches), warnings=report.warnings)
     for blocker in report.blockers[:-1]:
         run.ledger.add_blocker(run.current or "step2_validate", blocker.cls, blocker.message, blocker.fix)
