@@ -1,25 +1,28 @@
 """What a person sees: the HTML report's summary, per-step evidence, and the terminal summary.
 
 pytest-html writes ``reports/deploy-iter-NNN.html`` (self-contained; paths set by
-``plugins/options.py``); this plugin puts the ledger summary at its top through the
-``pytest_html_results_summary`` hook (the step evidence extras are attached by
-``plugins/ledger.py`` when a step ends). The summary itself is rendered by
-``deploy_suite.report`` from the ledger dict, so ``deploy-suite report LEDGER`` shows the same
-thing for an old ledger. JUnit XML (one test case per step test, with ``step`` and ``outcome``
-properties) is pytest's own ``junitxml``.
+``plugins/options.py``); this plugin puts the whole ledger report (summary, step evidence,
+capacity table and GPU picture, readiness, smoke, patches, limitations, commands, cleanup) at its
+top through the ``pytest_html_results_summary`` hook, and adds each step's evidence as readable
+key/values to that step's row (next to the raw JSON extra ``plugins/ledger.py`` attaches). The
+HTML is rendered by ``deploy_suite.report`` from the ledger dict, so ``deploy-suite report LEDGER``
+shows the same thing for an old ledger. JUnit XML (one test case per step test, with ``step`` and
+``outcome`` properties) is pytest's own ``junitxml``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pytest_html import extras
 
 from deploy_suite import report as renderer
 from deploy_suite.runstate import RunState
-from plugins.ledger import LEDGER_ERROR_KEY, RUN_KEY
+from plugins.ledger import LEDGER_ERROR_KEY, RUN_KEY, STEP_KEY
 from plugins.options import REPORT_PATHS_KEY
 
 
@@ -47,12 +50,36 @@ class ReportPlugin:
     def pytest_html_report_title(self, report: Any) -> None:
         report.title = f"{self.run.settings.deploy_id} - dynamo-deploy-suite"
 
+    def _links(self) -> renderer.Links:
+        """Ledger paths are EXP_ROOT-relative: link them relative to where the HTML report is written."""
+        html_path = self.config.stash.get(REPORT_PATHS_KEY, {}).get("html")
+        if html_path is None:
+            return renderer.Links(None)
+        rel = Path(os.path.relpath(self.run.exp_root, html_path.parent)).as_posix()
+        return renderer.Links("" if rel == "." else rel + "/")
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str],
                                     session: pytest.Session) -> None:
         path = self.run.ledger_path
         shown = self.run.rel(path) if path is not None else "not written (no deployment directory)"
-        prefix.append(renderer.summary_html(self.run.ledger.data, shown))
+        prefix.append(renderer.report_html(self.run.ledger.data, shown, self._links()))
+
+    # Registered after plugins/ledger.py, so this wrapper is the outer one: the ledger has recorded
+    # the step's outcome and evidence by the time the code after ``yield`` runs.
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item,
+                                  call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+        outcome = yield
+        report: pytest.TestReport = outcome.get_result()
+        name = item.stash.get(STEP_KEY, None)
+        # The same phases at which plugins/ledger.py ends a step and attaches its JSON evidence.
+        if name is None or not (report.skipped or report.failed or report.when == "call"):
+            return
+        evidence = self.run.ledger.step(name).get("evidence") or {}
+        if evidence:
+            readable = extras.html(renderer.evidence_html(evidence, self._links()))
+            report.extras = [*getattr(report, "extras", []), readable]  # type: ignore[attr-defined]
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         tr = terminalreporter

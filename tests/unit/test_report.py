@@ -1,0 +1,228 @@
+"""The HTML report rendered from a ledger (deploy_suite.report).
+
+``data/ledger_ready.json`` is a trimmed copy of a real ledger from the offline cluster (iteration 1
+of the sample experiment) whose ``capacity`` section was produced by ``CapacityResult.to_dict()``
+for a busier cluster: other tenants' pods on three nodes, a tainted node and a cordoned node.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections import Counter
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy_suite import ledger as ledger_mod
+from deploy_suite import report
+from deploy_suite.capacity import check_capacity
+from deploy_suite.dgd import PodDemand, Scheduling
+
+DATA = Path(__file__).parent / "data"
+HOSTILE = '<script>alert("x")</script>'
+
+
+@pytest.fixture
+def ready() -> dict[str, Any]:
+    return json.loads((DATA / "ledger_ready.json").read_text())
+
+
+@pytest.fixture
+def blocked(ready: dict[str, Any]) -> dict[str, Any]:
+    led = copy.deepcopy(ready)
+    led["status"] = "blocked"
+    led["current_step"] = "step2_validate"
+    led["blockers"] = [{"step": "step2_validate", "class": "secret", "message": "secret hf-token-secret is missing",
+                        "fix": "kubectl create secret generic hf-token-secret -n dynamo-demo --from-file=..."}]
+    led["failed_attempts"] = [{"at": "2026-11-30T08:36:43Z", "step": "step6_readiness", "category": "failed-deploy",
+                               "evidence": ["0/4 nodes are available"], "diagnosis": "pods never scheduled"}]
+    for step in led["steps"][1:]:
+        step.update(outcome="not_run", started_at=None, ended_at=None, duration_s=None, evidence={})
+    led["steps"][1].update(outcome="blocked", reason="secret hf-token-secret is missing")
+    return led
+
+
+class _Svg(HTMLParser):
+    """Rows (``g.dsr-node``) of the capacity picture and the kinds of their GPU slots."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[str, Counter[str]] = {}
+        self._node: str | None = None
+        self.svgs = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        classes = (a.get("class") or "").split()
+        if tag == "svg" and "dsr-capacity-grid" in classes:
+            self.svgs += 1
+        if tag == "g" and "dsr-node" in classes:
+            self._node = a["data-node"]
+            assert self._node not in self.rows, "one row per node"
+            self.rows[self._node] = Counter()
+        if tag == "rect" and "dsr-slot" in classes:
+            assert self._node is not None
+            kind = next(c.removeprefix("dsr-slot-") for c in classes if c.startswith("dsr-slot-"))
+            self.rows[self._node][kind] += 1
+
+
+def _svg(page: str) -> _Svg:
+    parser = _Svg()
+    parser.feed(page)
+    return parser
+
+
+def test_fixture_is_a_valid_ledger(ready: dict[str, Any]) -> None:
+    ledger_mod.validate(ready)
+
+
+def test_capacity_picture_has_one_row_per_node_and_the_right_cells(ready: dict[str, Any]) -> None:
+    svg = _svg(report.render(ready))
+    assert svg.svgs == 1
+    table = ready["capacity"]["table"]
+    assert list(svg.rows) == [r["node"] for r in table]  # the GPU nodes, in table order; cpu-0 has no GPU
+    for row in table:
+        cells = svg.rows[row["node"]]
+        assert cells["other"] == row["held"]
+        assert cells["planned"] == row["planned"]
+        assert cells["free"] == row["free_after"]
+        assert sum(cells.values()) == row["total"]
+    total = sum((svg.rows[n] for n in svg.rows), Counter())
+    assert total == Counter({"other": 12, "planned": 8, "free": 12})
+    assert svg.rows["h200-1"] == Counter({"other": 2, "planned": 6})  # full after the plan
+
+
+def test_capacity_picture_matches_the_engine_grid() -> None:
+    """The picture is rebuilt from to_dict()'s table exactly like CapacityResult.grid() builds it."""
+    def node(name: str, gpus: int, cordoned: bool = False) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"unschedulable": cordoned},
+                "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}}
+
+    pods = [{"metadata": {"name": "p", "namespace": "o"}, "spec": {"nodeName": "a", "containers": [
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "3"}}}]}, "status": {"phase": "Running"}}]
+    demands = [PodDemand(f"W-{i}", "W", "worker", i, 0, 2, "nvidia.com/gpu", Scheduling((), None, (), (), ()),
+                         {}, "ns") for i in range(3)]
+    result = check_capacity(demands, [node("a", 4), node("b", 4), node("c", 2, cordoned=True)], pods)
+    mine = report.capacity_grid(result.to_dict()["table"])
+    assert [[s["kind"] for s in g["slots"]] for g in mine] == [[s["kind"] for s in g["slots"]] for g in result.grid()]
+    assert mine[2]["cordoned"] is True
+
+
+def test_cordoned_and_tainted_nodes_are_marked_with_a_legend(ready: dict[str, Any]) -> None:
+    page = report.render(ready)
+    assert 'class="dsr-legend"' in page
+    for label in ("held by other pods", "this DGD (planned)", "free on a cordoned / tainted node"):
+        assert label in page
+    assert "cordoned</text>" in page
+    assert "taint example.com/reserved-for=tenant-b:NoSchedule</text>" in page
+    # Free slots on the cordoned and the tainted node are hatched, not plain free.
+    hatched = re.findall(r'<rect class="dsr-slot dsr-slot-free"[^>]*fill="url\(#dsr-hatch\)"', page)
+    assert len(hatched) == 4 + 7
+
+
+def test_capacity_table_and_outcome(ready: dict[str, Any]) -> None:
+    page = report.render(ready)
+    table = page[page.index('class="dsr-capacity-table"'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") == 1 + len(ready["capacity"]["table"])
+    assert "held (other pods)" in table and "planned (this DGD)" in table
+    assert ">sufficient<" in page
+    assert "VllmDecodeWorker-0 \u2192 <code>h200-1</code>" in page
+
+
+def test_capacity_outcome_key_of_the_forbidden_fallback(ready: dict[str, Any]) -> None:
+    ready["capacity"] = {"outcome": "unknown", "reasons": ["node list forbidden"]}
+    page = report.render(ready)
+    assert ">unknown<" in page and "node list forbidden" in page and "no per-node table recorded" in page
+    assert _svg(page).svgs == 0
+
+
+def test_summary_shows_status_and_next_action(ready: dict[str, Any]) -> None:
+    top = report.summary_html(ready, "artifacts/deploy-iter-001/deployment_ledger.json")
+    assert 'class="dsr-pill" style="background:#1a7f37">ready<' in top
+    for text in ("demo-agg", "offline-demo", "dynamo-demo", "service svc/demo-agg-frontend:8000",
+                 "Qwen/Qwen3-0.6B", "hand off to perf-analyzer", "step7_smoke"):
+        assert text in top
+    assert "blockers</b>none" in top
+
+
+def test_summary_shows_blockers_with_fix_and_failed_attempts(blocked: dict[str, Any]) -> None:
+    top = report.summary_html(blocked)
+    assert 'style="background:#cf222e">blocked<' in top
+    assert "secret hf-token-secret is missing" in top and "<i>fix:</i> kubectl create secret generic" in top
+    assert "failed attempts (1)" in top and "pods never scheduled" in top
+    assert "fix the blocker, then rerun" in top
+    assert ">not_run<" in top and ">blocked<" in top
+
+
+def test_step_evidence_is_readable_key_values(ready: dict[str, Any]) -> None:
+    page = report.render(ready)
+    section = page[page.index("<h2>Step evidence</h2>"):page.index("<h2>Capacity</h2>")]
+    assert "<th>pods_gone_at</th><td>2026-11-30T08:36:43Z</td>" in section
+    assert "<th>existed</th><td>yes</td>" in section
+    assert '"deploy_root"' not in section  # not a JSON dump
+
+
+def test_readiness_smoke_patches_commands_cleanup(ready: dict[str, Any]) -> None:
+    page = report.render(ready)
+    order = ["<h2>Step evidence</h2>", "<h2>Capacity</h2>", "<h2>Readiness</h2>", "<h2>Smoke</h2>",
+             "<h2>Patches (1)</h2>", "<h2>Limitations</h2>", "<h2>Commands</h2>", "<h2>Cleanup</h2>"]
+    assert [page.index(h) for h in order] == sorted(page.index(h) for h in order)
+    assert "2/2" in page and "demo-agg-vllmprefillworker-5d9c6b7f4-9wmtd" in page
+    assert "<code>/v1/models</code> 200" in page
+    assert "<details><summary>6 Kubernetes request(s)" in page
+    assert "kubectl --context offline-demo delete dynamographdeployment demo-agg -n dynamo-demo" in page
+    assert "<script" not in page.lower() and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+
+
+def test_hostile_strings_are_escaped(ready: dict[str, Any]) -> None:
+    ready["dgd_name"] = HOSTILE
+    ready["blockers"] = [{"step": "step2_validate", "class": "x", "message": HOSTILE, "fix": HOSTILE}]
+    ready["capacity"]["table"][0]["node"] = HOSTILE
+    ready["capacity"]["table"][0]["holders"][0]["pod"] = HOSTILE
+    ready["steps"][0]["evidence"]["directory"] = HOSTILE
+    ready["smoke"]["bodies"] = ["javascript:alert(1)"]
+    links = report.Links("../")
+    page = report.render(ready, HOSTILE, links)
+    assert "<script" not in page.lower()
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
+    assert 'href="javascript' not in page and 'href="../javascript%3Aalert' in page  # a path, never a scheme
+    assert len(_svg(page).rows) == len(ready["capacity"]["table"])
+
+
+def test_links_are_relative_to_the_page(tmp_path: Path, ready: dict[str, Any]) -> None:
+    deploy = tmp_path / "exp" / "artifacts" / "deploy-iter-001"
+    deploy.mkdir(parents=True)
+    (deploy / "deployment_ledger.json").write_text(json.dumps(ready))
+    links = report.links_for(deploy / "deployment_ledger.json", tmp_path / "reports")
+    assert links.prefix == "../exp/"
+    page = report.render(ready, None, links)
+    assert '<a href="../exp/artifacts/deploy-iter-001/smoke/models_body.json">' in page
+    assert report.links_for(DATA / "ledger_ready.json", tmp_path).prefix is None  # not in a deployment dir
+
+
+def test_cli_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out" / "OUT.html"
+    assert report.main([str(DATA / "ledger_ready.json"), "-o", str(out)]) == 0
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "deploy-iter-001" in page and "next action" in page and "dsr-capacity-grid" in page
+    assert capsys.readouterr().out.strip() == str(out)
+
+
+def test_cli_refuses_a_missing_ledger(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert report.main([str(tmp_path / "nope.json"), "-o", str(tmp_path / "x.html")]) == 2
+    assert "deploy-suite report: error:" in capsys.readouterr().err
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_old_or_partial_ledger_still_renders(ready: dict[str, Any]) -> None:
+    for key in ("capacity", "readiness", "smoke", "endpoint", "source_dgd"):
+        ready[key] = None
+    ready["steps"] = []
+    page = report.render(ready)
+    assert "no capacity evidence recorded" in page and "not known yet" in page
