@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from deploy_suite import clock, triage
-from deploy_suite.dgd import Dgd
+from deploy_suite.dgd import Dgd, pod_gpus
 from deploy_suite.errors import Forbidden, KubeError, PermanentError, WaitTimeout
 from deploy_suite.kube import DGD, Kube, Obj, WatchSpec
 
@@ -221,12 +221,7 @@ def _unschedulable(pod: Obj) -> bool:
 
 
 def _gpus(pod: Obj) -> int:
-    total = 0
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        res = c.get("resources") or {}
-        total += max(int(str((res.get("requests") or {}).get("nvidia.com/gpu", 0))),
-                     int(str((res.get("limits") or {}).get("nvidia.com/gpu", 0))))
-    return total
+    return pod_gpus(pod.get("spec") or {}, "nvidia.com/gpu") or 0
 
 
 def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend_expected: bool,

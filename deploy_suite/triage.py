@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploy_suite.dgd import Taint, Toleration
+from deploy_suite.dgd import Taint, Toleration, pod_gpus
 
 Obj = Mapping[str, Any]
 
@@ -61,12 +61,7 @@ class Verdict:
 
 
 def _pod_gpus(pod: Obj) -> int:
-    total = 0
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        res = c.get("resources") or {}
-        total += max(int(str((res.get("requests") or {}).get("nvidia.com/gpu", 0))),
-                     int(str((res.get("limits") or {}).get("nvidia.com/gpu", 0))))
-    return total
+    return pod_gpus(pod.get("spec") or {}, "nvidia.com/gpu") or 0
 
 
 def _tolerations(pod: Obj) -> list[Toleration]:
