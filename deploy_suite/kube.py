@@ -18,6 +18,7 @@ resumed after a dropped connection (an apiserver restart) and relisted after ``4
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -735,10 +736,8 @@ class PortForward:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:

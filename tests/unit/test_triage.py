@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deploy_suite import triage
+from deploy_suite.smoke import parse_instance_id
 
 TAINT_AND_SELECTOR = ("0/4 nodes are available: 1 node(s) had untolerated taint(s), 3 node(s) didn't match Pod's "
                       "node affinity/selector. no new claims to deallocate, preemption: 0/4 nodes are available: "
@@ -89,6 +90,4 @@ def test_a_running_container_is_not_a_crash():
     ("nothing here", None),
 ])
 def test_the_direct_routing_instance_id_is_read_from_logs_as_decimal(log, expected):
-    from deploy_suite.smoke import parse_instance_id
-
     assert parse_instance_id(log) == expected
