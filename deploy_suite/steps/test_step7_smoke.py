@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from deploy_suite import smoke
-from deploy_suite.dgd import load_dgd
+from deploy_suite.dgd import flag_value, load_dgd, split_args
 from deploy_suite.kube import Kube
 from deploy_suite.runstate import RunState
 
@@ -21,7 +24,8 @@ def test_step7_smoke(run: RunState, kube: Kube, namespace: str, manifests: dict[
     if not served:
         run.block("served-model", "no served model name found in the DGD", "pass --served-model NAME")
     direct = any(c.flag("--router-mode") == "direct" or any(e.name == "DYN_ROUTER_MODE" and e.value == "direct"
-                                                             for e in c.env) for c in dgd.components)
+                                                             for e in c.env) for c in dgd.components) or \
+        _sidecar_direct_routing(manifests["deploy"])
     endpoint = smoke.find_endpoint(kube, namespace, dgd.name, direct, run.ledger.data.get("frontend_service"))
     t = run.settings.timeouts
     settings = smoke.SmokeSettings(t.smoke_reach_attempts, t.smoke_reach_interval_s, t.smoke_models_attempts,
@@ -40,3 +44,28 @@ def test_step7_smoke(run: RunState, kube: Kube, namespace: str, manifests: dict[
     run.add_evidence(success=result.success, gate=result.gate or "all passed", **result.timings)
     if not result.success:
         pytest.fail(f"smoke test failed at the {result.gate} gate: {result.diagnosis}", pytrace=False)
+
+
+def _containers(node: Any) -> Iterator[dict[str, Any]]:
+    """Every container-shaped mapping (name + command/args/env) anywhere in the manifest."""
+    if isinstance(node, dict):
+        if "name" in node and any(k in node for k in ("command", "args", "env")):
+            yield node
+        for value in node.values():
+            yield from _containers(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _containers(value)
+
+
+def _sidecar_direct_routing(path: Path) -> bool:
+    """Direct routing set on a container other than ``main`` (the gaie frontend sidecar): the DGD
+    model reads only ``main``, but the spec says direct-routing *sidecars* need the instance id."""
+    for doc in yaml.safe_load_all(path.read_text()):
+        for c in _containers(doc):
+            env = {str(e.get("name")): str(e.get("value")) for e in c.get("env") or []
+                   if isinstance(e, dict) and "value" in e}
+            tokens = split_args([str(t) for t in [*(c.get("command") or []), *(c.get("args") or [])]], env)
+            if flag_value(tokens, ["--router-mode"]) == "direct" or env.get("DYN_ROUTER_MODE") == "direct":
+                return True
+    return False

@@ -1,0 +1,573 @@
+"""Issue 6 acceptance: the real suite on the offline cluster, as a user runs it; each branch a test.
+
+Every test plays the cluster admin (a fresh namespace and ``hf-token-secret``), writes an
+experiment whose workload names the offline cluster's context ``offline-<name>`` and that
+namespace (hashes recomputed), then runs ``python -m pytest --iter=N --handoff=... --kubeconfig=...``
+from the checkout root in a subprocess. Faults come from the cluster's own switches: kwok Stages
+(:mod:`deploy_suite.offline.faults`) and the operator simulator's serving-fault ConfigMap. Every
+ledger a test produces is validated against the schema (``SuiteRun.ledger`` and the teardown of
+the ``target`` fixture).
+
+Two branches cannot be reached through a whole run and are driven one level down, on the same
+cluster, through the library function the step calls:
+
+* GPU contention that clears: step 2 sees held GPUs and blocks (asserted through the suite); the
+  wait that records contention and then succeeds is ``rollout.wait_ready`` (step 6's function)
+  on a DGD applied directly;
+* a missing direct-routing header: once the harness finds the instance id (it always does on
+  this cluster), only ``smoke.run_smoke`` with an endpoint lacking the id reaches that branch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy_suite import ledger, rollout, smoke
+from deploy_suite.dgd import load_dgd
+from deploy_suite.kube import DGD, Kube, Obj
+from deploy_suite.offline import faults
+from deploy_suite.offline.cluster import OfflineCluster
+from fixtures.experiments.make_experiment import Experiment, stage_candidate
+from tests.e2e import helpers
+from tests.e2e.helpers import DATA, SuiteRun
+
+pytestmark = [pytest.mark.cluster]
+
+KUBECTL = str(Path(sys.executable).with_name("kubectl"))
+DGD_LABEL = "nvidia.com/dynamo-graph-deployment-name"
+SAMPLE_DGD = "demo-agg"
+RESERVED_TAINT = "example.com/reserved-for"
+# Short smoke gates where a failure is expected: gate 2 gives up after 3 x 1 s.
+FAST_SMOKE = {"smoke_reach_attempts": 10, "smoke_reach_interval_s": 1.0, "smoke_models_attempts": 3,
+              "smoke_models_interval_s": 1.0, "smoke_request_timeout_s": 30.0}
+READINESS_S = 120.0
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+@dataclass
+class Target:
+    """One test's namespace on an offline cluster, and where its experiment and reports go."""
+
+    cluster: OfflineCluster
+    kube: Kube  # the cluster admin's client (not the harness's)
+    namespace: str
+    tmp: Path
+
+    @property
+    def context(self) -> str:
+        return self.cluster.context
+
+    @property
+    def kubeconfig(self) -> str:
+        return self.cluster.info().kubeconfig
+
+    @property
+    def reports(self) -> Path:
+        return self.tmp / "reports"
+
+    def experiment(self, dgd: str | None = None, **kwargs: Any) -> Experiment:
+        return helpers.write_experiment(self.tmp / "scratch", context=self.context, namespace=self.namespace,
+                                        dgd=DATA / dgd if dgd else None, **kwargs)
+
+    def run(self, exp: Experiment, *extra: str, iteration: int = 0, handoff: Path | None = None) -> SuiteRun:
+        return helpers.run_suite(exp, iteration, self.kubeconfig, self.reports, *extra, handoff=handoff)
+
+    def dgd(self, name: str) -> Obj | None:
+        return self.kube.get_or_none(DGD, name, self.namespace)
+
+    def pods(self, dgd_name: str) -> list[Obj]:
+        return self.kube.list_items("Pod", self.namespace, label_selector=f"{DGD_LABEL}={dgd_name}")[0]
+
+    def wait_dgd_gone(self, name: str, timeout: float = 30.0) -> None:
+        def gone(objs: dict[str, Obj]) -> tuple[bool, str]:
+            return f"{self.namespace}/{name}" not in objs, f"dgd/{name} present: {sorted(objs)}"
+
+        self.kube.wait_for(DGD, gone, awaited=f"dgd/{name} deleted", timeout=timeout, namespace=self.namespace,
+                           name=name)
+
+
+def _target(cluster: OfflineCluster, tmp_path: Path) -> Iterator[Target]:
+    kube = cluster.kube()
+    target = Target(cluster, kube, helpers.admin_namespace(kube), tmp_path)
+    try:
+        yield target
+        for path in tmp_path.rglob(ledger.LEDGER_NAME):  # every ledger the test produced
+            helpers.read_ledger(path)
+    finally:
+        kube.delete("Namespace", target.namespace)  # its DGDs, pods and serving processes go with it
+        kube.close()
+
+
+@pytest.fixture
+def target(offline_cluster: OfflineCluster, tmp_path: Path) -> Iterator[Target]:
+    yield from _target(offline_cluster, tmp_path)
+
+
+@pytest.fixture
+def multinode_target(offline_clusters: Any, tmp_path: Path) -> Iterator[Target]:
+    yield from _target(offline_clusters.get("multinode"), tmp_path)
+
+
+@pytest.fixture
+def serving_fault(target: Target) -> Iterator[Callable[[str, str], None]]:
+    """Set the operator simulator's serving fault for a DGD of the test's namespace (before it is applied)."""
+    applied: list[bool] = []
+
+    def set_fault(dgd_name: str, fault: str) -> None:
+        target.kube.apply({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": helpers.FAULTS_CM[1], "namespace": helpers.FAULTS_CM[0]},
+                           "data": {f"{target.namespace}.{dgd_name}": fault}})
+        applied.append(True)
+
+    yield set_fault
+    if applied:
+        target.kube.delete("ConfigMap", helpers.FAULTS_CM[1], helpers.FAULTS_CM[0])
+
+
+@pytest.fixture
+def kwok_fault(target: Target) -> Iterator[Callable[[faults.Fault], None]]:
+    """Apply kwok fault Stages for the test; always removed afterwards (they are cluster-scoped)."""
+    applied: list[faults.Fault] = []
+
+    def apply(fault: faults.Fault) -> None:
+        faults.apply(target.kube, fault)
+        applied.append(fault)
+
+    yield apply
+    for fault in applied:
+        faults.remove(target.kube, fault)
+
+
+# ------------------------------------------------------------------ assertions
+
+
+def outcomes(led: dict[str, Any]) -> dict[str, str]:
+    return {s["name"]: s["outcome"] for s in led["steps"]}
+
+
+def step(led: dict[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(s for s in led["steps"] if s["name"] == name)
+    return found
+
+
+def assert_pinned(led: dict[str, Any], target: Target) -> None:
+    """Every request was pinned to the workload's context, never the kubeconfig's current-context."""
+    assert led["kube_context"] == target.context and led["namespace"] == target.namespace
+    assert led["commands"], "no command recorded"
+    assert all(f"--context {target.context}" in c["command"] for c in led["commands"])
+
+
+def assert_ready(run: SuiteRun, target: Target, *, dgd_name: str, served: str, gpus: int,
+                 endpoint_kind: str = "service") -> dict[str, Any]:
+    assert run.returncode == 0, run.output[-4000:]
+    led = run.ledger()
+    assert led["status"] == "ready", led["blockers"]
+    got = outcomes(led)
+    assert all(got[s] == "passed" for s in ("step1_inputs", "step2_validate", "step5_apply", "step6_readiness",
+                                            "step7_smoke")), got
+    assert got["step3_retire_previous"] == ("passed" if run.iteration else "skipped")
+    assert_pinned(led, target)
+    assert led["dgd_name"] == dgd_name and led["served_model"] == served
+    assert led["gpus_requested"] == gpus and led["allocated_at"] and led["torn_down_at"] is None
+    assert led["failed_attempts"] == [] and led["blockers"] == []
+    assert led["readiness"]["state"] == "ready"
+    assert led["endpoint"]["kind"] == endpoint_kind and led["endpoint"]["port"] == 8000
+    assert led["smoke"]["success"] == 1 and led["smoke"]["gate"] == ""
+    artifact = run.smoke_artifact()
+    assert artifact["success"] == 1 and artifact["models_http_code"] == 200 and artifact["api_http_code"] == 200
+    assert artifact["api_request"]["model"] == served and artifact["api_request"]["max_tokens"] == 100
+    response = artifact["api_response"]
+    assert response["object"] == "chat.completion" and response["choices"] and not response.get("error")
+    live = target.dgd(dgd_name)
+    assert live is not None and live["status"]["state"] == "successful"
+    assert (target.reports / f"deploy-iter-{run.iteration:03d}.html").is_file()
+    assert (target.reports / f"deploy-iter-{run.iteration:03d}.xml").is_file()
+    return led
+
+
+def assert_failed_at(run: SuiteRun, failed_step: str, status: str = "failed") -> dict[str, Any]:
+    assert run.returncode != 0, run.output[-4000:]
+    led = run.ledger()
+    assert led["status"] == status, (led["status"], outcomes(led))
+    got = outcomes(led)
+    assert got[failed_step] == ("blocked" if status == "blocked" else "failed"), got
+    names = list(got)
+    assert all(got[n] == "skipped" for n in names[names.index(failed_step) + 1:]), got
+    assert led["current_step"] == failed_step
+    return led
+
+
+# ------------------------------------------------------------------ happy paths
+
+
+def test_sample_v1alpha1_aggregated_becomes_ready_and_answers(target: Target) -> None:
+    exp = target.experiment()  # the sample as handed over: model-cache PVC + model-download Job
+    run = target.run(exp)
+    led = assert_ready(run, target, dgd_name=SAMPLE_DGD, served="Qwen/Qwen3-0.6B", gpus=1)
+    assert led["endpoint"]["target"] == f"svc/{SAMPLE_DGD}-frontend"
+    assert led["frontend_service"] == f"{SAMPLE_DGD}-frontend"
+    support = step(led, "step4_support_manifests")["evidence"]
+    assert [j["job"] for j in support["jobs"]] == ["model-download"]
+    assert support["jobs"][0]["outcome"] == "Complete" and support["pvcs_bound"] == ["model-cache"]
+    # The recipe's placeholder storage class was patched in the run-scoped copy only, with its reason.
+    assert any("your-storage-class-name" in p["change"] and "'standard'" in p["change"] for p in led["patches"])
+    assert "your-storage-class-name" in (exp.exp_root / "inputs" / "model-cache.yaml").read_text()
+    assert not (run.deploy_root / "logs").exists()  # logs/ only when a failure log is kept
+
+
+def test_v1beta1_aggregated_becomes_ready_and_answers(target: Target) -> None:
+    run = target.run(target.experiment("dgd-beta-agg.yaml", support={}))
+    led = assert_ready(run, target, dgd_name="e2e-beta-agg", served="qwen3-beta", gpus=1)
+    assert step(led, "step4_support_manifests")["outcome"] == "skipped"
+    assert {e["component"] for e in led["config_engagement"]} == {"Frontend", "VllmDecodeWorker"}
+
+
+def test_disaggregated_prefill_and_decode_become_ready_and_answer(target: Target) -> None:
+    run = target.run(target.experiment("dgd-disagg.yaml", support={}))
+    led = assert_ready(run, target, dgd_name="e2e-disagg", served="qwen3-disagg", gpus=2)
+    components = led["readiness"]["components"]
+    for worker in ("VllmPrefillWorker", "VllmDecodeWorker"):
+        assert components[worker]["expected"] == 1 and components[worker]["ready"] == 1, components
+        assert all(n.startswith("h200-") for n in components[worker]["nodes"])
+    gpus = {e["component"]: e["gpus"] for e in led["config_engagement"]}
+    assert gpus == {"Frontend": 0, "VllmPrefillWorker": 1, "VllmDecodeWorker": 1}
+
+
+def test_multinode_worker_spans_two_nodes_and_answers(multinode_target: Target) -> None:
+    target = multinode_target
+    run = target.run(target.experiment("dgd-multinode.yaml", support={}, gpu_ceiling=16))
+    led = assert_ready(run, target, dgd_name="e2e-multinode", served="qwen3-multinode", gpus=16)
+    worker = led["readiness"]["components"]["TrtllmWorker"]
+    assert worker["expected"] == 2 and worker["ready"] == 2, worker
+    assert len(worker["nodes"]) == 2, "1 replica x nodeCount 2 x 8 GPUs needs two whole nodes"
+    assert led["capacity"]["capacity"] == "sufficient" == led["preflight"]["capacity"]
+
+
+def test_gaie_direct_routing_is_reached_on_a_worker_pod_with_the_instance_id(target: Target) -> None:
+    run = target.run(target.experiment("dgd-gaie-direct.yaml", support={}))
+    led = assert_ready(run, target, dgd_name="e2e-gaie", served="qwen3-gaie", gpus=1, endpoint_kind="worker-pod")
+    # No frontend Service: the frontend is a sidecar in the worker pod.
+    assert led["frontend_service"] is None
+    assert target.kube.list_items("Service", target.namespace)[0] == []
+    pod = led["endpoint"]["target"].removeprefix("pod/")
+    assert pod.startswith("e2e-gaie-vllmworker-")
+    instance = led["endpoint"]["worker_instance_id"]
+    assert isinstance(instance, int) and instance > 0
+    # The sidecar logs the id in hex; the ledger keeps the decimal the header takes.
+    sidecar_log = target.kube.pod_log(pod, target.namespace, "frontend-sidecar", tail=200)
+    hex_ids = [int(h, 16) for h in re.findall(r"instance_id=(0x[0-9a-f]+)", sidecar_log)]
+    assert instance in hex_ids, sidecar_log
+
+
+# ------------------------------------------------------------------ iteration 1 retires iteration 0
+
+
+def test_iteration_1_retires_iteration_0_with_the_same_dgd_name(target: Target) -> None:
+    exp = target.experiment()
+    first = target.run(exp)
+    assert_ready(first, target, dgd_name=SAMPLE_DGD, served="Qwen/Qwen3-0.6B", gpus=1)
+    root0 = first.deploy_root
+    ledger0 = first.ledger()
+    files0 = {p.relative_to(root0): p.read_bytes() for p in root0.rglob("*")
+              if p.is_file() and p.name != ledger.LEDGER_NAME}
+    assert any(p.parts[0] == "applied_manifests" for p in files0)
+    live0 = target.dgd(SAMPLE_DGD)
+    assert live0 is not None
+    pods0 = {p["metadata"]["name"] for p in target.pods(SAMPLE_DGD)}
+
+    handoff = stage_candidate(exp.exp_root, 1)  # same DGD name, one unpinned knob changed
+    second = target.run(exp, iteration=1, handoff=handoff)
+    led1 = assert_ready(second, target, dgd_name=SAMPLE_DGD, served="Qwen/Qwen3-0.6B", gpus=1)
+
+    # The retired iteration: torn_down_at written, nothing else of its ledger changed.
+    led0 = helpers.read_ledger(root0 / ledger.LEDGER_NAME)
+    assert led0["torn_down_at"] and ledger0["torn_down_at"] is None
+    assert {k: v for k, v in led0.items() if k != "torn_down_at"} == \
+        {k: v for k, v in ledger0.items() if k != "torn_down_at"}
+    # Its directory is untouched (next-candidate/ is the generator's hand-over, written before the run).
+    files0_after = {p.relative_to(root0): p.read_bytes() for p in root0.rglob("*")
+                    if p.is_file() and p.name != ledger.LEDGER_NAME
+                    and p.relative_to(root0).parts[0] != "next-candidate"}
+    assert files0_after == files0
+
+    retired = led1["retired_previous"]
+    assert retired["dgd"] == SAMPLE_DGD and retired["namespace"] == target.namespace
+    assert retired["kube_context"] == target.context and retired["existed"] is True
+    assert retired["deleted_at"] == led0["torn_down_at"] and retired["pods_gone_at"]
+    assert retired["ledger"] == f"artifacts/{root0.name}/{ledger.LEDGER_NAME}"
+    assert led1["previous_deployment"]["dgd_name"] == SAMPLE_DGD
+    deletes = [c["command"] for c in led1["commands"] if c["kind"] == "mutate" and " delete " in c["command"]]
+    assert len(deletes) == 1, deletes  # only the previous DGD, by exact name and namespace
+    assert f" delete dynamographdeployments.nvidia.com {SAMPLE_DGD} -n {target.namespace} " in deletes[0]
+
+    live1 = target.dgd(SAMPLE_DGD)
+    assert live1 is not None and live1["metadata"]["uid"] != live0["metadata"]["uid"]
+    assert pods0.isdisjoint(p["metadata"]["name"] for p in target.pods(SAMPLE_DGD))
+    assert any("--max-num-seqs 64" in " ".join(e["args"] or []) for e in led1["config_engagement"])
+    # Shared things are kept: PVC, download Job, secret, namespace.
+    pvc = target.kube.get("PersistentVolumeClaim", "model-cache", target.namespace)
+    assert pvc["status"]["phase"] == "Bound" and "deletionTimestamp" not in pvc["metadata"]
+    assert target.kube.get_or_none("Job", "model-download", target.namespace) is not None
+    assert target.kube.secret_exists(helpers.SECRET, target.namespace)
+    assert target.kube.get("Namespace", target.namespace)["status"]["phase"] == "Active"
+
+
+# ------------------------------------------------------------------ placement: taint mismatch
+
+
+def test_taint_mismatch_is_blocked_by_step2_capacity_naming_the_taint(target: Target) -> None:
+    run = target.run(target.experiment("dgd-taint-h100.yaml", support={}))
+    led = assert_failed_at(run, "step2_validate", status="blocked")
+    assert led["capacity"]["capacity"] == "insufficient"
+    (blocker,) = led["blockers"]
+    assert blocker["class"] == "gpu-capacity" and blocker["step"] == "step2_validate"
+    assert f"taint {RESERVED_TAINT}=tenant-b:NoSchedule not tolerated" in blocker["message"]
+    assert "h100-reserved-0" in blocker["message"]
+    # Read-only: nothing was created, the DGD was never applied.
+    assert not [c for c in led["commands"] if c["kind"] == "mutate"]
+    assert target.dgd("e2e-taint") is None and led["failed_attempts"] == []
+
+
+def test_taint_mismatch_past_an_unknown_capacity_fails_step6_at_once(target: Target) -> None:
+    exp = target.experiment("dgd-taint-h100-unmodelled.yaml", support={})
+    run = target.run(exp, f"--timeout-readiness={READINESS_S:.0f}")
+    led = assert_failed_at(run, "step6_readiness")
+    # Step 2 could not decide (unmodelled namespaceSelector), so it let the run through.
+    assert led["capacity"]["capacity"] == "unknown"
+    assert any("namespaceSelector" in r for r in led["capacity"]["reasons"])
+    # The scheduler's verdict stops the wait at once: never a wait to the readiness timeout.
+    assert step(led, "step6_readiness")["duration_s"] < READINESS_S / 6
+    assert run.seconds < READINESS_S / 2
+    (attempt,) = led["failed_attempts"]
+    assert attempt["step"] == "step6_readiness" and attempt["category"] == "failed-deploy"
+    assert any("FailedScheduling" in e and "untolerated taint" in e for e in attempt["evidence"]), attempt
+    assert RESERVED_TAINT in attempt["diagnosis"] and "h100-reserved-0" in attempt["diagnosis"]
+    assert led["readiness"]["state"] == "failed-deploy" and RESERVED_TAINT in led["readiness"]["diagnosis"]
+    # A failed attempt frees its (requested) GPUs: the DGD is deleted.
+    assert led["torn_down_at"]
+    target.wait_dgd_gone("e2e-taint")
+
+
+# ------------------------------------------------------------------ insufficient GPUs: contention
+
+
+def hold_gpus(target: Target, nodes: list[str], gpus: int) -> list[str]:
+    """Another tenant's pods bound straight to ``nodes``, each holding ``gpus`` GPUs."""
+    names = []
+    for node in nodes:
+        name = f"gpu-holder-{node}"
+        target.kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+            "nodeName": node, "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "registry.local/holder:1",
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}, target.namespace)
+        names.append(name)
+
+    def running(objs: dict[str, Obj]) -> tuple[bool, str]:
+        phases = {o["metadata"]["name"]: (o.get("status") or {}).get("phase") for o in objs.values()}
+        return all(phases.get(n) == "Running" for n in names), str(phases)
+
+    target.kube.wait_for("Pod", running, awaited="GPU holders Running", timeout=30, namespace=target.namespace)
+    return names
+
+
+def test_gpu_contention_is_seen_by_step2_and_waited_out_by_step6(target: Target) -> None:
+    holders = hold_gpus(target, ["h200-0", "h200-1"], 1)  # 7 free GPUs left per H200 node
+    # Step 2 counts the held GPUs: the 8-GPU worker fits nowhere right now.
+    exp = target.experiment("dgd-contention.yaml", support={})
+    run = target.run(exp)
+    led = assert_failed_at(run, "step2_validate", status="blocked")
+    assert led["capacity"]["capacity"] == "insufficient"
+    assert "gpu-holder-h200-0" in json.dumps(led["capacity"])
+    assert target.dgd("e2e-contention") is None
+
+    # Step 6 (rollout.wait_ready) on the DGD applied anyway: Pending on Insufficient nvidia.com/gpu
+    # is contention, recorded and waited out; another thread frees the GPUs once it is recorded.
+    dgd = load_dgd(DATA / "dgd-contention.yaml")
+    target.kube.apply_file(DATA / "dgd-contention.yaml", target.namespace)
+    progress: list[str] = []
+    freed: list[float] = []
+
+    def free_gpus() -> None:
+        for name in holders:
+            target.kube.delete("Pod", name, target.namespace)
+        freed.append(time.monotonic())
+
+    def on_progress(line: str) -> None:
+        progress.append(line)
+        if "contention:" in line and not freed and not any(t.name == "free-gpus" for t in threading.enumerate()):
+            threading.Thread(target=free_gpus, name="free-gpus", daemon=True).start()
+
+    started = time.monotonic()
+    ready = rollout.wait_ready(target.kube, target.namespace, dgd, 90.0, frontend_expected=True,
+                               on_progress=on_progress)
+    assert ready.state == "ready" and freed, progress
+    assert ready.contention, "the contention was not recorded"
+    first = ready.contention[0]
+    assert first["category"] == "contention" and first["can_wait"] is True
+    assert any("Insufficient nvidia.com/gpu" in e for e in first["evidence"]), first
+    assert "e2e-contention-vllmdecodeworker-" in first["diagnosis"]
+    assert ready.components["VllmDecodeWorker"]["ready"] == 1
+    assert time.monotonic() - started < 60
+
+
+# ------------------------------------------------------------------ dependencies and support jobs
+
+
+def test_unbound_pvc_stops_step6_with_a_dependency_diagnosis(target: Target) -> None:
+    storage_class = f"e2e-none-{target.namespace}"
+    target.kube.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                        "metadata": {"name": storage_class}, "provisioner": "example.com/none",
+                        "volumeBindingMode": "Immediate"})
+    try:
+        target.kube.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                            "metadata": {"name": "model-cache-unbound"},
+                            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
+                                     "resources": {"requests": {"storage": "100Gi"}}}}, target.namespace)
+        run = target.run(target.experiment("dgd-unbound-pvc.yaml", support={}),
+                         f"--timeout-readiness={READINESS_S:.0f}")
+        led = assert_failed_at(run, "step6_readiness")
+        assert led["preflight"]["pvcs"] == {"model-cache-unbound": "exists (Pending)"}
+        readiness = led["readiness"]
+        assert readiness["state"] == "dependency", readiness
+        assert "dependency" in readiness["diagnosis"] and "PersistentVolumeClaim" in readiness["diagnosis"]
+        assert any("unbound immediate PersistentVolumeClaims" in e for e in readiness["evidence"]), readiness
+        assert step(led, "step6_readiness")["duration_s"] < READINESS_S / 6
+        # A dependency is not the candidate's fault: no failed attempt against the budget.
+        assert led["failed_attempts"] == []
+    finally:
+        target.kube.delete("StorageClass", storage_class)
+
+
+def test_failed_download_job_fails_step4_fast_and_keeps_its_last_log_lines(
+        target: Target, kwok_fault: Callable[[faults.Fault], None]) -> None:
+    crash_text = ("Fetching 10 files\nhuggingface_hub.errors.GatedRepoError: 401 Client Error for "
+                  "https://huggingface.co/Qwen/Qwen3-0.6B\nE2E-MARKER: download aborted\n")
+    log_file = faults.write_cri_log(target.tmp / "download.log", crash_text)
+    name = f"e2e-job-{target.namespace}"
+    kwok_fault(faults.job_pod_failure(name, faults.by_job("model-download", namespace=target.namespace)))
+    # `kubectl logs` of any pod of the namespace serves the download's output (kwok ClusterLogs).
+    target.kube.apply({"apiVersion": faults.KWOK_API, "kind": "ClusterLogs", "metadata": {"name": name},
+                       "spec": {"selector": {"matchNamespaces": [target.namespace]},
+                                "logs": [{"containers": ["model-download"], "logsFile": str(log_file)}]}})
+    try:
+        exp = target.experiment(support={
+            "model-cache": helpers.SAMPLE_SUPPORT / "model-cache.yaml",
+            "model-download": DATA / "model-download-fails.yaml"})
+        run = target.run(exp)
+    finally:
+        target.kube.delete(target.kube.resource(faults.KWOK_API, "ClusterLogs"), name)
+    led = assert_failed_at(run, "step4_support_manifests")
+    # Fails at the Failed condition, not at the 6000 s download bound.
+    assert step(led, "step4_support_manifests")["duration_s"] < 60
+    log = run.deploy_root / "logs" / "job-model-download.log"
+    assert log.is_file()
+    assert "E2E-MARKER: download aborted" in log.read_text() and "GatedRepoError" in log.read_text()
+    (diag,) = [d for d in led["diagnostics"] if isinstance(d, dict) and d.get("job")]
+    assert diag["job"] == "model-download" and diag["step"] == "step4_support_manifests"
+    assert diag["log_file"] == "artifacts/deploy-iter-000/logs/job-model-download.log"
+    assert "E2E-MARKER: download aborted" in diag["log_excerpt"] and "E2E-MARKER" in diag["message"]
+    assert "Failed" in diag["message"]
+    assert target.dgd(SAMPLE_DGD) is None  # never applied
+
+
+# ------------------------------------------------------------------ container failures
+
+
+@pytest.mark.parametrize(("case", "keep"), [("crash-loop", False), ("image-pull", False), ("image-pull", True)])
+def test_container_failure_is_a_failed_attempt_and_the_dgd_is_deleted_unless_kept(
+        target: Target, kwok_fault: Callable[[faults.Fault], None], case: str, keep: bool) -> None:
+    name = f"e2e-{case}-{target.namespace}"
+    if case == "crash-loop":
+        dgd_file, dgd_name, reason = "dgd-beta-agg.yaml", "e2e-beta-agg", "CrashLoopBackOff"
+        kwok_fault(faults.crash_loop(name, faults.by_dgd(dgd_name, namespace=target.namespace)))
+    else:
+        dgd_file, dgd_name, reason = "dgd-bad-image.yaml", "e2e-bad-image", "ImagePullBackOff"
+        kwok_fault(faults.image_pull(name, faults.by_image("e2e-no-such-tag", namespace=target.namespace)))
+    extra = ["--keep-on-failure"] if keep else []
+    run = target.run(target.experiment(dgd_file, support={}), f"--timeout-readiness={READINESS_S:.0f}", *extra)
+    led = assert_failed_at(run, "step6_readiness")
+    assert step(led, "step6_readiness")["duration_s"] < READINESS_S / 6
+    (attempt,) = led["failed_attempts"]
+    assert attempt["step"] == "step6_readiness" and attempt["category"] == "crash"
+    assert any(f"waiting: {reason}" in e for e in attempt["evidence"]), attempt
+    assert reason in attempt["diagnosis"]
+    if case == "crash-loop":
+        assert "last exit code 1" in attempt["diagnosis"]
+    else:
+        assert "e2e-no-such-tag" in attempt["diagnosis"]  # kubelet's message names the image
+    assert led["readiness"]["state"] == "crash"
+    assert led["settings"]["keep_on_failure"] is keep
+    if keep:
+        assert led["torn_down_at"] is None
+        live = target.dgd(dgd_name)
+        assert live is not None and "deletionTimestamp" not in live["metadata"]
+        assert not [c for c in led["commands"] if " delete " in c["command"]]
+    else:
+        assert led["torn_down_at"]
+        assert [c for c in led["commands"] if c["kind"] == "mutate" and f" delete dynamographdeployments.nvidia.com "
+                f"{dgd_name} " in c["command"]]
+        target.wait_dgd_gone(dgd_name)
+
+
+# ------------------------------------------------------------------ smoke failures
+
+
+@pytest.mark.parametrize("fault", ["never-list", "chat-500", "error-object"])
+def test_serving_fault_fails_the_smoke_test(target: Target, serving_fault: Callable[[str, str], None],
+                                            fault: str) -> None:
+    serving_fault("e2e-beta-agg", fault)
+    run = target.run(target.experiment("dgd-beta-agg.yaml", support={}, timeouts=FAST_SMOKE))
+    led = assert_failed_at(run, "step7_smoke")
+    assert led["readiness"]["state"] == "ready"  # the deployment is fine; only serving is not
+    smoke_section = led["smoke"]
+    artifact = run.smoke_artifact()
+    assert artifact["success"] == 0 and smoke_section["success"] == 0
+    assert artifact["models_http_code"] == 200 == smoke_section["models_http_code"]
+    assert artifact["api_request"]["model"] == "qwen3-beta"
+    if fault == "never-list":
+        assert smoke_section["gate"] == "model-listed" and "never listed" in smoke_section["diagnosis"]
+        assert "3 x 1s" in smoke_section["diagnosis"] and step(led, "step7_smoke")["duration_s"] < 15
+        assert artifact["api_http_code"] is None and artifact["api_response"] is None  # no chat was sent
+        models = json.loads((run.deploy_root / "smoke" / "models_body.json").read_text())
+        assert models["data"] == []
+    elif fault == "chat-500":
+        assert smoke_section["gate"] == "chat" and "HTTP 500" in smoke_section["diagnosis"]
+        assert artifact["api_http_code"] == 500 == smoke_section["api_http_code"]
+        assert artifact["api_response"]["error"]["message"] == "injected fault chat-500"
+    else:
+        assert smoke_section["gate"] == "chat" and "structural check" in smoke_section["diagnosis"]
+        assert artifact["api_http_code"] == 200
+        assert artifact["api_response"]["error"]["message"] == "injected fault error-object"
+        assert "choices" not in artifact["api_response"]
+    if fault != "never-list":
+        body = json.loads((run.deploy_root / "smoke" / "api_body.json").read_text())
+        assert body == artifact["api_response"]
+
+
+def test_missing_direct_routing_header_fails_the_chat_gate(target: Target) -> None:
+    run = target.run(target.experiment("dgd-gaie-direct.yaml", support={}))
+    led = assert_ready(run, target, dgd_name="e2e-gaie", served="qwen3-gaie", gpus=1, endpoint_kind="worker-pod")
+    # The same worker pod, reached without the instance id the harness found (see module docstring).
+    endpoint = smoke.Endpoint("worker-pod", led["endpoint"]["target"])
+    out = target.tmp / "no-header"
+    settings = smoke.SmokeSettings(10, 1.0, 3, 1.0, 30.0)
+    result = smoke.run_smoke(target.kube, endpoint, target.namespace, "qwen3-gaie", out, settings=settings,
+                             kubectl=KUBECTL)
+    assert result.success == 0 and result.gate == "chat", result.diagnosis
+    assert result.models_http_code == 200 and result.api_http_code == 400
+    assert smoke.DIRECT_HEADER in result.diagnosis and "the deployment itself may be fine" in result.diagnosis
+    artifact = json.loads((out / "smoke_test_artifact.json").read_text())
+    assert artifact["success"] == 0 and artifact["api_http_code"] == 400 and artifact["models_http_code"] == 200
+    assert artifact["api_response"]["code"] == 400 and artifact["api_response"]["message"]
