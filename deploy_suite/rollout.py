@@ -132,26 +132,61 @@ def wait_pvcs_bound(kube: Kube, namespace: str, names: Sequence[str], timeout: f
                       namespace=namespace, name=name, on_progress=on_progress)
 
 
+def immediate_claims(kube: Kube, namespace: str, names: Sequence[str]) -> list[str]:
+    """Claims that should bind on their own (their class is not WaitForFirstConsumer); a claim
+    whose class cannot be read is treated as immediate, so the bounded wait still guards it."""
+    out = []
+    for name in names:
+        pvc = kube.get_or_none("PersistentVolumeClaim", name, namespace) or {}
+        cls = (pvc.get("spec") or {}).get("storageClassName")
+        mode = "Immediate"
+        if cls:
+            try:
+                mode = (kube.get_or_none("StorageClass", cls) or {}).get("volumeBindingMode", "Immediate")
+            except Forbidden:
+                mode = "Immediate"
+        if mode != "WaitForFirstConsumer":
+            out.append(name)
+    return out
+
+
 def run_job(kube: Kube, namespace: str, job: str, kind: str, timeout: float, logs_dir: Path,
             on_progress: Progress = _quiet) -> JobResult:
     """Wait for a Job: a condition containing Failed fails fast (with its pod's last log lines
-    kept under logs/); Complete (alone or beside SuccessCriteriaMet) continues."""
+    kept under logs/); Complete (alone or beside SuccessCriteriaMet) continues. The Job's pods are
+    watched too: one the scheduler can never place (unbound claim, taint, selector) stops at once
+    with the scheduler's words instead of running into the long download bound."""
     started = clock.monotonic()
+    triaged: dict[str, str] = {}
 
-    def state(objs: dict[str, Obj]) -> tuple[bool, str]:
-        obj = objs.get(f"{namespace}/{job}") or {}
+    def state(objs: dict[str, dict[str, Obj]]) -> tuple[bool, str]:
+        obj = objs["job"].get(f"{namespace}/{job}") or {}
         conds = (obj.get("status") or {}).get("conditions") or []
         true = [str(c["type"]) for c in conds if c.get("status") == "True"]
         joined = " ".join(true)
         if "Failed" in joined:
             raise _JobFailed(joined)
+        for pod in objs["pods"].values():
+            if not _unschedulable(pod):
+                continue
+            name = pod["metadata"]["name"]
+            sched = next(c for c in pod["status"]["conditions"] if c.get("type") == "PodScheduled")
+            stamp = f"{sched.get('lastTransitionTime')}{sched.get('message')}"
+            if triaged.get(name) == stamp:
+                continue
+            triaged[name] = stamp
+            verdict = triage.triage_pending(pod, kube.events_for(name, namespace))
+            if verdict is not None and not verdict.can_wait:
+                raise StepFailure(f"{kind} job {job} cannot run: {verdict.diagnosis}", verdict.category,
+                                  verdict.evidence)
         st = obj.get("status") or {}
         return "Complete" in joined, (f"job/{job} conditions: {joined}" if true else
                                       f"job/{job} active={st.get('active', 0)} failed={st.get('failed', 0)}")
 
+    watches = {"job": WatchSpec("Job", namespace, field_selector=f"metadata.name={job}"),
+               "pods": WatchSpec("Pod", namespace, label_selector=f"job-name={job}")}
     try:
-        kube.wait_for("Job", state, awaited=f"job/{job} Complete", timeout=timeout, namespace=namespace,
-                      name=job, on_progress=on_progress)
+        kube.wait_multi(watches, state, awaited=f"job/{job} Complete", timeout=timeout, on_progress=on_progress)
     except _JobFailed as exc:
         excerpt, _log_file = _job_logs(kube, namespace, job, logs_dir)
         raise StepFailure(f"{kind} job {job} failed (conditions: {exc}); last log lines: {excerpt[-600:] or 'none'}",

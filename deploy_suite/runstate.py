@@ -23,7 +23,15 @@ from typing import Any, NoReturn
 from deploy_suite import clock
 from deploy_suite import ledger as ledger_mod
 from deploy_suite.errors import InputError, SuiteError
-from deploy_suite.inputs import Prepared, PreviousDeployment, Workload, own_directory_ledger, verify_sources
+from deploy_suite.inputs import (
+    DeploymentLocked,
+    Prepared,
+    PreviousDeployment,
+    Workload,
+    own_directory_ledger,
+    release_deployment_lock,
+    verify_sources,
+)
 from deploy_suite.settings import Settings
 
 
@@ -266,7 +274,8 @@ class RunState:
         """Record a refused input; the ledger is written only where a directory of this candidate
         exists (never in another candidate's directory, never a new one created for it)."""
         self.ledger.add_blocker(step, "input", f"{error.input_name}: {error.problem}", error.fix)
-        if self.ledger.path is None:
+        # A locked directory belongs to the live run holding it: its ledger is that run's alone.
+        if self.ledger.path is None and not isinstance(error, DeploymentLocked):
             earlier = own_directory_ledger(self.settings)
             if earlier is not None:
                 self.attach_directory(self.settings.deploy_root, True, earlier)
@@ -290,7 +299,7 @@ class RunState:
         now = clock.iso_now()
         entry["started_at"] = entry["started_at"] or now
         entry["ended_at"] = now
-        entry["duration_s"] = round(clock.monotonic() - self._started.get(name, clock.monotonic()), 3)
+        entry["duration_s"] = max(0.0, round(clock.monotonic() - self._started.get(name, clock.monotonic()), 3))
         if outcome in ("failed", "blocked") and self.stopped is None:
             self.stopped = (name, reason or outcome)
         if self.current == name:
@@ -345,5 +354,9 @@ class RunState:
         session["finished_at"] = clock.iso_now()
         session["exit_status"] = int(exit_status) if not problems else max(int(exit_status), 1)
         self.current = None
-        self.save()
+        try:
+            self.save()
+        finally:
+            # After the last ledger write: the next run of this iteration may start now.
+            release_deployment_lock(self.settings.deploy_root)
         return problems

@@ -38,6 +38,7 @@ class Timeouts:
     job_validate_s: float = 3600.0  # spec: 120 polls x 30 s
     job_poll_interval_s: float = 30.0  # only a fallback: waits are watch-based
     retire_s: float = 600.0  # spec: delete --wait --timeout=10m, then pod wait 10m
+    pvc_bound_s: float = 600.0  # model-cache PVC (Immediate binding) to reach Bound
     readiness_s: float = 1200.0  # reference `kubectl wait ... --timeout=1200s`
     readiness_poll_s: float = 15.0  # a pod Pending longer than this gets its events triaged
     smoke_reach_attempts: int = 30  # gate 1: 30 x 2 s for the port-forward to answer
@@ -138,17 +139,23 @@ def option_for(key: str) -> str:
 
 def load_handoff(path: Path) -> dict[str, Any]:
     """Read a handoff file: one YAML mapping whose keys are the option names (dashes or underscores)."""
+    # The same bounded loader as every handed-off YAML file (size, depth, aliases, duplicate keys);
+    # imported here because deploy_suite.inputs imports this module.
+    from deploy_suite.inputs import MAX_YAML_BYTES, load_yaml_text  # noqa: PLC0415
+
     name = f"--handoff {path}"
     try:
+        if path.stat().st_size > MAX_YAML_BYTES:
+            raise InputError(name, f"is larger than {MAX_YAML_BYTES} bytes", "pass the handoff file written for "
+                             "this iteration (a few lines of `key: value`)")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(name, "file not found", "pass the handoff file written for this iteration") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(name, "is not UTF-8 text", "pass the handoff file written for this iteration") from exc
     except OSError as exc:
         raise InputError(name, f"cannot be read ({exc.strerror})", "check the path and permissions") from exc
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        raise InputError(name, f"YAML syntax error{_yaml_where(exc)}", "fix the YAML syntax") from exc
+    docs = load_yaml_text(text, name, "fix the YAML syntax")
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise InputError(name, "must hold exactly one YAML mapping", "keep one `key: value` document")
     data: dict[str, Any] = {}
@@ -371,6 +378,7 @@ def _handoff_support_items(value: Any) -> list[Any]:
 
 def _timeouts(cli: Mapping[str, Any], handoff_value: Any) -> Timeouts:
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     known = {f.name: f for f in fields(Timeouts)}
     if handoff_value is not None:
         if not isinstance(handoff_value, Mapping):
@@ -381,11 +389,20 @@ def _timeouts(cli: Mapping[str, Any], handoff_value: Any) -> Timeouts:
                     f"handoff key 'timeouts.{key}'", "unknown timeout", f"use one of: {', '.join(known)}"
                 )
             values[key] = value
-    for key in TIMEOUT_OPTIONS.values():
+            sources[key] = f"handoff key 'timeouts.{key}'"
+    for option, key in TIMEOUT_OPTIONS.items():
         if cli.get(key) is not None:
-            values[key] = cli[key]
+            value = cli[key]
+            if isinstance(value, str):  # the command line gives text (no argparse type: see plugins/options.py)
+                try:
+                    value = float(value)
+                except ValueError:
+                    raise InputError(option, f"must be a positive number, got {value!r}",
+                                     "give seconds (or attempts) > 0") from None
+            values[key] = value
+            sources[key] = option
     for key, value in values.items():
-        source = next((o for o, k in TIMEOUT_OPTIONS.items() if k == key), f"timeouts.{key}")
+        source = sources[key]
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise InputError(source, f"must be a positive number, got {value!r}", "give seconds (or attempts) > 0")
         if known[key].type in ("int", int) and not float(value).is_integer():

@@ -18,10 +18,13 @@ import select
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -156,6 +159,10 @@ class OfflineCluster:
         return {k: p for k, p in self._pids().items()
                 if _pid_alive(p) and (mine in _cmdline(p) or k == CONTROLLERS)}
 
+    def _dead_components(self) -> list[str]:
+        """Control-plane processes recorded by kwokctl that are no longer running."""
+        return sorted(k for k, p in self._pids().items() if k != CONTROLLERS and not _pid_alive(p))
+
     def info(self) -> ClusterInfo:
         marker = self._marker() or {}
         return ClusterInfo(
@@ -215,9 +222,20 @@ class OfflineCluster:
                                "--apiserver-port, or 0 to pick one automatically")
         bins = binaries.ensure_binaries(self.log)
         started = time.monotonic()
-        self._create(bins)
-        self._write_kubeconfig()
-        self._apply_layout(layout, wait_timeout)
+        for attempt in (1, 2, 3):
+            try:
+                self._create(bins)
+                self._write_kubeconfig()
+                self._apply_layout(layout, wait_timeout)
+                break
+            except (ClusterError, KubeError) as exc:
+                if attempt == 3 or not (self._dead_components() or "address already in use" in str(exc)
+                                        or "HTTP response to HTTPS client" in str(exc)):
+                    raise
+                # kwokctl picks free ports just before starting each process; a cluster starting
+                # at the same moment can take one first. Start over with fresh ports.
+                self.log(f"start-up lost a port race ({str(exc)[:200]}); retrying with new ports")
+                self.down()
         self._ensure_controllers()
         info = self.status()
         self.log(f"cluster {self.name} up in {time.monotonic() - started:.1f}s "
@@ -308,11 +326,20 @@ class OfflineCluster:
             return not missing, f"{len(wanted & ready)}/{len(wanted)} nodes Ready" + (
                 f" (waiting for {', '.join(missing[:5])})" if missing else "")
 
-        try:
-            kube.wait_for("Node", all_ready, awaited="all offline nodes Ready", timeout=timeout,
-                          label_selector="type=kwok")
-        except WaitTimeout as exc:
-            raise ClusterError(f"{exc}; fix: see {self.dir / 'logs' / 'kwok-controller.log'}") from exc
+        deadline = time.monotonic() + timeout
+        while True:
+            # Watch in short slices so that a component dying meanwhile (it stops producing node
+            # events at all) is noticed within seconds, not at the end of the whole timeout.
+            try:
+                kube.wait_for("Node", all_ready, awaited="all offline nodes Ready",
+                              timeout=max(0.1, min(5.0, deadline - time.monotonic())), label_selector="type=kwok")
+                return
+            except WaitTimeout as exc:
+                dead = self._dead_components()
+                if dead or time.monotonic() >= deadline:
+                    why = f"{', '.join(dead)} exited" if dead else str(exc)
+                    raise ClusterError(f"nodes never became Ready: {why}; fix: see "
+                                       f"{self.dir / 'logs'}") from exc
 
     def _install_manifests(self, kube: Kube, timeout: float) -> None:
         """Our CRDs (DGD, DCD) and kwok's default stages, before any node or workload exists."""
@@ -342,6 +369,76 @@ class OfflineCluster:
         # it by pid. Marking it reaped keeps Popen from warning that it is still running.
         proc.returncode = 0
         (self.dir / "pids" / f"{CONTROLLERS}.pid").write_text(str(proc.pid))
+
+    # ------------------------------------------------------------------ restart (fault injection)
+    def restart_component(self, name: str, timeout: float = 90.0, hard: bool = False,
+                          grace: float = 5.0) -> ComponentRestart:
+        """Stop one of this cluster's processes and start it again exactly as it ran.
+
+        ``name`` is a file stem under ``pids/``: ``etcd``, ``kube-apiserver``,
+        ``kube-controller-manager``, ``kube-scheduler``, ``kwok-controller`` (or
+        ``deploy-suite-controllers``). The command line, working directory, environment and log
+        redirection are read from ``/proc/<pid>`` before the process is stopped (SIGTERM, then
+        SIGKILL after ``grace`` seconds; ``hard=True`` sends SIGKILL at once, a crash), the new pid is
+        written to ``pids/<name>.pid``, and the call returns once the component's health endpoint and
+        the apiserver's ``/readyz`` answer ``ok``. The outage is measured from the stop signal to that.
+
+        The apiserver closes its listener at once on SIGTERM but may drain for its whole grace
+        period; while the port is free, a cluster being created by someone else (kwokctl hands out
+        the highest free ports) can take it, and the restart then fails naming the bind error.
+        """
+        pid = self._own_live_pids().get(name)
+        if pid is None:
+            raise ClusterError(f"cluster {self.name} has no running {name} process (known: "
+                               f"{', '.join(sorted(self._pids())) or 'none'}); fix: `deploy-suite cluster up "
+                               f"--name {self.name}`")
+        snap = _snapshot(pid)
+        stopped_at = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
+        if not wait_exit(pid, 0.0 if hard else grace):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            if not wait_exit(pid, 10.0):
+                raise ClusterError(f"{name} (pid {pid}) did not exit after SIGKILL")
+        down_at = time.monotonic()
+        new_pid = snap.start()
+        pid_file = self.dir / "pids" / f"{name}.pid"
+        tmp = pid_file.with_name(f".{pid_file.name}.tmp")
+        tmp.write_text(str(new_pid))
+        tmp.replace(pid_file)  # `cluster down` and kwokctl find the new process by this file
+        self._wait_healthy(name, new_pid, snap, stopped_at + timeout)
+        ready_at = time.monotonic()
+        return ComponentRestart(name, pid, new_pid, round(down_at - stopped_at, 3), round(ready_at - stopped_at, 3))
+
+    def _apiserver_probe(self) -> Callable[[], bool]:
+        """``GET /readyz`` on the apiserver with the cluster's own CA and client certificate."""
+        raw = yaml.safe_load((self.dir / "kubeconfig.yaml").read_text())
+        cluster, user = raw["clusters"][0]["cluster"], raw["users"][0]["user"]
+        ctx = ssl.create_default_context(cafile=cluster["certificate-authority"])
+        ctx.load_cert_chain(user["client-certificate"], user["client-key"])
+        return lambda: _probe(str(cluster["server"]).rstrip("/") + "/readyz", ctx)
+
+    def _wait_healthy(self, name: str, pid: int, snap: _Snapshot, deadline: float) -> None:
+        # Nothing to watch while the apiserver itself is down: a short capped backoff on /readyz.
+        probes = [self._apiserver_probe()]
+        own = snap.health_url(name)
+        if own is not None and name != "kube-apiserver":
+            probes.insert(0, lambda: _probe(own, _insecure_local()))
+        delay = 0.05
+        while True:
+            if not _pid_alive(pid):
+                tail = snap.log_tail()
+                raise ClusterError(f"{name} exited right after its restart (pid {pid}): {tail}; fix: see "
+                                   f"{self.dir / 'logs'}")
+            if all(probe() for probe in probes):
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ClusterError(f"{name} restarted (pid {pid}) but /readyz did not answer ok in time; fix: see "
+                                   f"{self.dir / 'logs'}")
+            threading.Event().wait(min(delay, remaining))
+            delay = min(delay * 2, 0.5)
 
     # ------------------------------------------------------------------ down
     def down(self) -> ClusterInfo:
@@ -376,6 +473,114 @@ class OfflineCluster:
             kubeconfig.unlink()
         self.log(f"cluster {self.name} is down")
         return self.status()
+
+
+@dataclass(frozen=True)
+class ComponentRestart:
+    """One restarted component: pids and how long it was out (stop signal -> exited -> healthy)."""
+
+    name: str
+    old_pid: int
+    new_pid: int
+    stop_s: float
+    outage_s: float
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """How a process was started, read from /proc before it is stopped."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    stdout: str | None
+    stderr: str | None
+
+    def start(self) -> int:
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(open(self.stdout, "ab")) if self.stdout else subprocess.DEVNULL
+            err: Any = out
+            if self.stderr and self.stderr != self.stdout:
+                err = stack.enter_context(open(self.stderr, "ab"))
+            elif not self.stderr:
+                err = subprocess.DEVNULL
+            proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=err, start_new_session=True)
+        # A daemon like the one it replaces (kwokctl's components outlive kwokctl); marking it reaped
+        # keeps Popen from warning that it still runs when this object goes away.
+        proc.returncode = 0
+        return proc.pid
+
+    def flag(self, name: str) -> str | None:
+        for arg in self.argv[1:]:
+            if arg.startswith(f"{name}="):
+                return arg.split("=", 1)[1]
+        return None
+
+    def health_url(self, name: str) -> str | None:
+        if name == "etcd":
+            urls = self.flag("--listen-client-urls") or self.flag("--advertise-client-urls")
+            return f"{urls.split(',')[0].rstrip('/')}/health" if urls else None
+        if name in ("kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+            port = self.flag("--secure-port")
+            path = "/readyz" if name == "kube-apiserver" else "/healthz"
+            return f"https://127.0.0.1:{port}{path}" if port else None
+        if name == "kwok-controller":
+            addr = self.flag("--server-address")
+            return f"https://{addr}/healthz" if addr else None
+        return None
+
+    def log_tail(self) -> str:
+        if not self.stdout:
+            return "no log"
+        try:
+            return " | ".join(Path(self.stdout).read_text(errors="replace").strip().splitlines()[-3:])
+        except OSError:
+            return "no log"
+
+
+def _snapshot(pid: int) -> _Snapshot:
+    proc = Path(f"/proc/{pid}")
+    try:
+        argv = [a.decode(errors="surrogateescape") for a in (proc / "cmdline").read_bytes().split(b"\0")]
+        while argv and not argv[-1]:
+            argv.pop()
+        env: dict[str, str] = {}
+        for item in (proc / "environ").read_bytes().split(b"\0"):
+            key, sep, value = item.decode(errors="surrogateescape").partition("=")
+            if sep:
+                env[key] = value
+        cwd = os.readlink(proc / "cwd")
+        if argv and not os.path.isabs(argv[0]) and os.sep not in argv[0]:
+            argv[0] = os.readlink(proc / "exe")
+    except OSError as exc:
+        raise ClusterError(f"cannot read how pid {pid} was started from /proc: {exc}") from exc
+
+    def target(fd: int) -> str | None:
+        with contextlib.suppress(OSError):
+            path = os.readlink(proc / "fd" / str(fd))
+            if path.startswith("/") and Path(path).is_file():
+                return path
+        return None  # a pipe, a socket or /dev/null: the new process gets /dev/null
+
+    return _Snapshot(argv, cwd, env, target(1), target(2))
+
+
+def _probe(url: str, ctx: ssl.SSLContext | None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2.0, context=ctx if url.startswith("https") else None) as resp:
+            return bool(resp.status == 200)
+    except (OSError, ValueError):  # refused, reset, TLS handshake against a half-started server, 5xx
+        return False
+
+
+def _insecure_local() -> ssl.SSLContext:
+    # Only for the loopback health endpoints of the scheduler, controller-manager and kwok, which
+    # serve self-signed certificates: the probe reads "ok", nothing is sent.
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
 
 
 def wait_exit(pid: int, timeout: float) -> bool:

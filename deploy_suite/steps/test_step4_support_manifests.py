@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from deploy_suite import experiment, rollout
+from deploy_suite.errors import WaitTimeout
 from deploy_suite.kube import Kube
 from deploy_suite.runstate import RunState
 
@@ -24,7 +25,17 @@ def test_step4_support_manifests(run: RunState, kube: Kube, namespace: str, mani
     claims: list[str] = []
     for kind, path in order:
         kube.apply_file(path, namespace, display=run.rel(path))
-        claims += rollout.claims_in(path)
+        new_claims = rollout.claims_in(path)
+        claims += new_claims
+        try:
+            # Claims that bind on their own are awaited now, before any Job waits on them;
+            # WaitForFirstConsumer claims bind when their first pod is scheduled.
+            rollout.wait_pvcs_bound(kube, namespace, rollout.immediate_claims(kube, namespace, new_claims),
+                                    t.pvc_bound_s, on_progress=run.progress)
+        except WaitTimeout as exc:
+            raise rollout.StepFailure(f"model-cache PVC never bound: {exc}; fix the storage class or "
+                                      "provisioner (a dependency: waiting longer does not help)",
+                                      "dependency") from exc
         bound = t.job_download_s if kind != "model-validate" else t.job_validate_s
         for job in rollout.jobs_in(path):
             try:
@@ -36,5 +47,6 @@ def test_step4_support_manifests(run: RunState, kube: Kube, namespace: str, mani
                                            "log_file": run.rel(run.deploy_root / "logs" / f"job-{job}.log")})
                 raise
             jobs.append(result.as_dict())
-    rollout.wait_pvcs_bound(kube, namespace, claims, 600.0, on_progress=run.progress)
-    run.add_evidence(applied=[run.rel(p) for _, p in order], jobs=jobs, pvcs_bound=claims)
+    phases = {c: ((kube.get_or_none("PersistentVolumeClaim", c, namespace) or {}).get("status") or {}).get("phase")
+              for c in claims}
+    run.add_evidence(applied=[run.rel(p) for _, p in order], jobs=jobs, pvcs=phases)

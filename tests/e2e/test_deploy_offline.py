@@ -220,7 +220,7 @@ def test_sample_v1alpha1_aggregated_becomes_ready_and_answers(target: Target) ->
     assert led["frontend_service"] == f"{SAMPLE_DGD}-frontend"
     support = step(led, "step4_support_manifests")["evidence"]
     assert [j["job"] for j in support["jobs"]] == ["model-download"]
-    assert support["jobs"][0]["outcome"] == "Complete" and support["pvcs_bound"] == ["model-cache"]
+    assert support["jobs"][0]["outcome"] == "Complete" and support["pvcs"] == {"model-cache": "Bound"}
     # The recipe's placeholder storage class was patched in the run-scoped copy only, with its reason.
     assert any("your-storage-class-name" in p["change"] and "'standard'" in p["change"] for p in led["patches"])
     assert "your-storage-class-name" in (exp.exp_root / "inputs" / "model-cache.yaml").read_text()

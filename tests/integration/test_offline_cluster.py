@@ -205,8 +205,15 @@ def test_down_stops_every_process_of_its_cluster_and_only_those(offline_cluster:
     name = f"d{os.getpid()}"
     kubeconfig = tmp_path / "kc.yaml"
     up = run_cli("cluster", "up", "--name", name, "--pools", "multinode", "--kubeconfig", str(kubeconfig))
-    assert up.returncode == 0, up.stderr
-    assert f"context: offline-{name}" in up.stdout and str(kubeconfig) in up.stdout
+    try:
+        assert up.returncode == 0, up.stderr
+        assert f"context: offline-{name}" in up.stdout and str(kubeconfig) in up.stdout
+        check_down(offline_cluster, name, kubeconfig)
+    finally:
+        OfflineCluster(name, log=lambda _m: None).down()  # idempotent: nothing left even on failure
+
+
+def check_down(offline_cluster: OfflineCluster, name: str, kubeconfig: Path) -> None:
     second = OfflineCluster(name)
     pids = second.status().pids
     assert {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller"} <= set(pids)
