@@ -22,7 +22,7 @@ import yaml
 
 from deploy_suite import capacity as capacity_mod
 from deploy_suite import clock
-from deploy_suite.dgd import KNOBS, Dgd, parse_dgd, unknown_knobs
+from deploy_suite.dgd import KNOBS, Dgd, Taint, parse_dgd, unknown_knobs
 from deploy_suite.errors import Forbidden, InputError, KubeError, NotFound
 from deploy_suite.kube import Kube, Obj
 
@@ -298,26 +298,31 @@ class Validator:
             return
         gpu_nodes = [n for n in self.nodes if int(str((n.get("status") or {}).get("allocatable", {})
                                                        .get("nvidia.com/gpu", "0")) or 0) > 0]
-        tainted = [n for n in gpu_nodes if any(t.get("key") == GPU_TAINT_KEY and t.get("effect") in
-                                               {"NoSchedule", "NoExecute"} for t in n.get("spec", {}).get("taints")
-                                               or [])]
-        if not gpu_nodes or len(tainted) != len(gpu_nodes):
+        gpu_taints = {Taint(key=t.get("key", ""), value=t.get("value", ""), effect=t.get("effect", ""))
+                      for n in gpu_nodes for t in (n.get("spec") or {}).get("taints") or []
+                      if t.get("key") == GPU_TAINT_KEY and t.get("effect") in {"NoSchedule", "NoExecute"}}
+        every_node_tainted = all(any(t.get("key") == GPU_TAINT_KEY and t.get("effect") in {"NoSchedule", "NoExecute"}
+                                     for t in (n.get("spec") or {}).get("taints") or []) for n in gpu_nodes)
+        if not gpu_nodes or not gpu_taints or not every_node_tainted:
             return
-        needing = [c for c in dgd.components if c.gpus_per_pod > 0 and not any(
-            (t.key == GPU_TAINT_KEY or (t.key == "" and t.operator == "Exists")) for t in c.tolerations)]
+        needing = [c for c in dgd.components if c.gpus_per_pod > 0 and not all(
+            any(tol.tolerates(taint) for tol in c.tolerations) for taint in gpu_taints)]
         if not needing:
             return
-        toleration = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+        # One toleration per effect the GPU taint carries here (NoSchedule and/or NoExecute).
+        effects = sorted({t.effect for t in gpu_taints})
+        tolerations = [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": e} for e in effects]
         for doc in docs["deploy"]:
             if doc.get("kind") != "DynamoGraphDeployment":
                 continue
             for comp in needing:
                 pod_spec = _component_pod_spec(doc, comp.name)
                 if pod_spec is not None:
-                    pod_spec.setdefault("tolerations", []).append(dict(toleration))
+                    pod_spec.setdefault("tolerations", []).extend(dict(t) for t in tolerations)
                     self.report.patches.append(Patch(
                         _rel(self.inp.deploy_path, self.inp.display_root),
-                        f"component {comp.name}: add toleration {GPU_TAINT_KEY}:NoSchedule (operator Exists)",
+                        f"component {comp.name}: add toleration {GPU_TAINT_KEY} (operator Exists) for effect(s) "
+                        f"{', '.join(effects)}",
                         f"every GPU node of {self.kube.context} carries the GPU taint {GPU_TAINT_KEY}; "
                         "the pods could never schedule without it"))
         _dump_docs(self.inp.deploy_path, docs["deploy"])

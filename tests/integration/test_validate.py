@@ -10,6 +10,7 @@ Fixture manifests live in ``data/validate/`` (written for this project).
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import os
@@ -25,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from deploy_suite.errors import Forbidden
 from deploy_suite.kube import CommandRecord, Kube, Obj
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
@@ -32,7 +34,8 @@ from deploy_suite.validate import DGD_CRD, GPU_TAINT_KEY, ValidationInputs, Vali
 from fixtures.cluster import ClusterPool
 from fixtures.identities import Identity
 
-pytestmark = pytest.mark.cluster
+# Every capacity outcome below is exact, so each test starts with the default cluster's H200 GPUs free.
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("free_h200")]
 
 DATA = Path(__file__).parent / "data" / "validate"
 SECRET = "hf-token-secret"
@@ -150,10 +153,7 @@ def blocker(report: ValidationReport, cls: str) -> str:
 
 
 def outcome(report: ValidationReport) -> str | None:
-    # A computed answer carries "capacity"; the read-forbidden shortcut writes "outcome" (see the
-    # test_capacity_unknown_* test below): read either so the other assertions stay meaningful.
-    cap = report.capacity or {}
-    return cap.get("capacity", cap.get("outcome"))
+    return (report.capacity or {}).get("capacity")
 
 
 def rows(report: ValidationReport) -> dict[str, Obj]:
@@ -209,7 +209,11 @@ def audit_requests(cluster: OfflineCluster, kube: Kube, user_agent: str, timeout
     request is too (the log backend writes in blocking mode, in request order for one client).
     """
     sentinel = f"audit-sentinel-{uuid.uuid4().hex[:8]}"
-    kube.get_or_none("Namespace", sentinel)
+    try:
+        with contextlib.suppress(Forbidden):  # a namespaced identity may not read namespaces: still audited
+            kube.get_or_none("Namespace", sentinel)
+    finally:
+        kube.close()
     log = Path(cluster.info().audit_log)
     deadline = time.monotonic() + timeout
     while True:
@@ -323,20 +327,27 @@ def test_server_dry_run_rejects_an_unknown_component_type(
     assert cluster_kube.list_items("DynamoGraphDeployment", scratch_namespace)[0] == []
 
 
-@pytest.fixture(scope="module")
-def crdless_cluster() -> Iterator[OfflineCluster]:
-    """A cluster of its own (not shared with other modules) whose DGD CRD was deleted after `up`."""
-    cluster = OfflineCluster(f"v{os.getpid()}-nocrd", "default", log=lambda _m: None)
+@contextmanager
+def own_cluster(suffix: str, pools: str | Path) -> Iterator[OfflineCluster]:
+    """A cluster of this module's own (never shared with other modules), taken down afterwards."""
+    cluster = OfflineCluster(f"v{os.getpid()}-{suffix}", pools, log=lambda _m: None)
     try:
         cluster.up()
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="module")
+def crdless_cluster() -> Iterator[OfflineCluster]:
+    """The default layout whose DGD CRD was deleted after `up`."""
+    with own_cluster("nocrd", "default") as cluster:
         kube = cluster.kube()
         kube.delete("CustomResourceDefinition", DGD_CRD)
         kube.wait_for("CustomResourceDefinition", lambda objs: (not objs, f"{len(objs)} left"),
                       awaited=f"CRD {DGD_CRD} deleted", timeout=60, name=DGD_CRD)
         kube.close()
         yield cluster
-    finally:
-        cluster.down()
 
 
 def test_absent_crd_is_a_blocker(crdless_cluster: OfflineCluster, tmp_path: Path) -> None:
@@ -397,10 +408,10 @@ def test_namespaced_identity_gets_real_forbidden_answers_that_become_limitations
 
 def test_capacity_unknown_answer_has_the_same_shape_as_a_computed_one(
         offline_cluster: OfflineCluster, cluster_kube: Kube, deployer_identity: Identity, tmp_path: Path) -> None:
-    """A reader of ``report.capacity`` (ledger, HTML report) must find the outcome under one key.
+    """A reader of ``report.capacity`` (ledger, HTML report) finds the outcome under one key.
 
-    Known bug: ``Validator.check_capacity`` writes ``{"outcome": "unknown"}`` when nodes or pods
-    cannot be listed, while every computed answer (``CapacityResult.to_dict``) uses ``"capacity"``.
+    Regression: ``Validator.check_capacity`` used to write ``{"outcome": "unknown"}`` when nodes or
+    pods could not be listed, while computed answers (``CapacityResult.to_dict``) use ``"capacity"``.
     """
     create_secret(cluster_kube, deployer_identity.namespace)
     staged = stage(tmp_path, dgd_doc(), {"model-cache": model_cache_doc()})
@@ -424,6 +435,9 @@ def test_missing_secret_is_a_blocker_checked_by_name_only(
     assert classes(report) == ["secret"]
     assert SECRET in blocker(report, "secret") and scratch_namespace in blocker(report, "secret")
     assert report.evidence["secrets"] == {SECRET: "missing"}
+    # Metadata only (`-o jsonpath={.metadata}` is the kubectl equivalent of the PartialObjectMetadata GET).
+    [record] = [c for c in probe.commands if " secrets " in c.command]
+    assert f"get secrets {SECRET} -n {scratch_namespace} -o 'jsonpath={{.metadata}}'" in record.command
 
     audit = audit_requests(offline_cluster, probe.on(offline_cluster), probe.user_agent)
     on_secrets = secret_requests(audit)
@@ -530,6 +544,24 @@ def test_a_gpu_ceiling_breach_is_a_blocker(
 
 
 # ------------------------------------------------------------------ GPU capacity
+
+
+def gpu_holders_on_h200(objs: dict[str, Obj]) -> list[str]:
+    return [key for key, p in objs.items() if p["spec"].get("nodeName") in H200_NODES
+            and (p.get("status") or {}).get("phase") not in {"Succeeded", "Failed"}
+            and any((c.get("resources") or {}).get(part, {}).get("nvidia.com/gpu") not in (None, "0", 0)
+                    for c in p["spec"].get("containers", []) for part in ("requests", "limits"))]
+
+
+@pytest.fixture
+def free_h200(cluster_kube: Kube) -> None:
+    """Both H200 nodes free of GPU holders: other tests' namespaces (and their pods) are deleted
+    asynchronously, and the capacity outcomes below are exact."""
+    def free(objs: dict[str, Obj]) -> tuple[bool, str]:
+        held = gpu_holders_on_h200(objs)
+        return not held, f"GPU holders on H200 nodes: {held}"
+
+    cluster_kube.wait_for("Pod", free, awaited="H200 nodes free of GPU holders", timeout=90)
 
 
 def wait_pods(kube: Kube, namespace: str, done: Any, awaited: str, timeout: float = 60) -> dict[str, Obj]:
@@ -649,9 +681,59 @@ def test_gpu_taint_toleration_is_added_to_gpu_components_only(
     assert patched == doc == yaml.safe_load(staged.source.read_text())
 
     [toleration_patch] = [p for p in report.patches if p.file == staged.rel(staged.deploy)]
-    assert WORKER in toleration_patch.change and f"{GPU_TAINT_KEY}:NoSchedule" in toleration_patch.change
+    assert WORKER in toleration_patch.change and GPU_TAINT_KEY in toleration_patch.change and "NoSchedule" in toleration_patch.change
     assert GPU_TAINT_KEY in toleration_patch.reason and cluster.context in toleration_patch.reason
     assert {r["result"] for r in report.evidence["dry_run"]} == {"accepted"}  # the patched copy is accepted
     assert outcome(report) == "sufficient"
     assert (report.capacity or {})["placement"][f"{WORKER}-0"] in H200_NODES
 
+
+NO_EXECUTE_POOLS = """\
+# Every GPU node carries the GPU taint with effect NoExecute (some managed clusters use it).
+kind: NodePools
+storageClasses:
+  - {name: standard, default: true, volumeBindingMode: Immediate}
+pools:
+  - name: h200
+    count: 2
+    instanceType: p5en.48xlarge
+    zone: offline-a
+    cpu: "192"
+    memory: 2048Gi
+    gpu: {product: NVIDIA-H200, count: 8, memoryMiB: 143771}
+    taints:
+      - {key: nvidia.com/gpu, value: present, effect: NoExecute}
+  - name: cpu
+    count: 1
+    instanceType: m7i.8xlarge
+    zone: offline-a
+    cpu: "32"
+    memory: 128Gi
+"""
+
+
+@pytest.fixture(scope="module")
+def no_execute_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OfflineCluster]:
+    pools = tmp_path_factory.mktemp("pools") / "gpu-taint-noexecute.yaml"
+    pools.write_text(NO_EXECUTE_POOLS)
+    with own_cluster("noexec", pools) as cluster:
+        yield cluster
+
+
+def test_gpu_taint_toleration_matches_the_effect_of_the_gpu_taint(
+        no_execute_cluster: OfflineCluster, tmp_path: Path) -> None:
+    """The toleration step 2 adds must tolerate the GPU taint the nodes actually carry (here
+    NoExecute): one toleration per effect, never a NoSchedule one that would leave the pods out."""
+    admin = no_execute_cluster.kube()
+    with temp_namespace(admin) as namespace:
+        create_secret(admin, namespace)
+        staged = stage(tmp_path, dgd_doc(), {"model-cache": model_cache_doc()})
+        report = run_validate(Probe().on(no_execute_cluster), namespace, staged,
+                              workload(namespace, no_execute_cluster.context))
+    admin.close()
+
+    added = yaml.safe_load(staged.deploy.read_text())["spec"]["services"][WORKER]["extraPodSpec"]["tolerations"]
+    assert [t["key"] for t in added] == [GPU_TAINT_KEY]
+    assert added[0].get("effect") in (None, "", "NoExecute"), added
+    assert report.blockers == []
+    assert outcome(report) == "sufficient"
