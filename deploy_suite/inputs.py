@@ -14,6 +14,7 @@ Judging option values (iteration, provenance, hash syntax) happens earlier, in
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import hashlib
 import os
 import re
@@ -26,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from deploy_suite import dgd as dgd_mod
 from deploy_suite import ledger as ledger_mod
 from deploy_suite.errors import InputError
 from deploy_suite.settings import Settings, SupportInput, deploy_id
@@ -245,19 +247,81 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_yaml_documents(real: Path, input_name: str, fix: str) -> list[Any]:
-    """All documents of a YAML file; a syntax error becomes one line with line and column."""
+# Bounds on a handed-off YAML file, checked before it is parsed or walked: manifests and handoffs
+# are a few KB and a few levels deep. A 50 MB file, 10,000-deep nesting (PyYAML's composer
+# recurses: RecursionError) or an alias bomb (a few lines that expand to billions of nodes when a
+# later check walks them) is refused in bounded time and memory instead.
+MAX_YAML_BYTES = 1 << 20
+MAX_YAML_DEPTH = 64
+MAX_YAML_NODES = 100_000  # counted with every alias expanded
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int], limit: int) -> int:
+    """Nodes of the tree once every alias is expanded (shared subtrees counted once each time used)."""
+    known = memo.get(id(node))
+    if known is not None:
+        return known
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        for child in node.value:
+            size += _expanded_size(child, memo, limit)
+            if size > limit:
+                break
+    elif isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            size += _expanded_size(key, memo, limit) + _expanded_size(value, memo, limit)
+            if size > limit:
+                break
+    memo[id(node)] = size
+    return size
+
+
+def load_yaml_text(text: str, input_name: str, fix: str) -> list[Any]:
+    """All documents of YAML text, with duplicate keys, deep nesting and alias bombs refused."""
     try:
-        text = real.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(input_name, "is not UTF-8 text", fix) from exc
-    try:
-        return list(yaml.load_all(text, Loader=_StrictLoader))  # _StrictLoader is a SafeLoader
+        depth = 0
+        for event in yaml.parse(text, Loader=_StrictLoader):  # event stream: iterative, O(1) memory
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    mark = event.start_mark
+                    where = f" (at line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+                    raise InputError(input_name, f"YAML nested deeper than {MAX_YAML_DEPTH} levels{where}", fix)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+        loader = _StrictLoader(text)  # _StrictLoader is a SafeLoader
+        try:
+            documents: list[Any] = []
+            while loader.check_node():
+                node = loader.get_node()
+                if node is not None and _expanded_size(node, {}, MAX_YAML_NODES) > MAX_YAML_NODES:
+                    raise InputError(input_name, f"YAML document {len(documents) + 1} expands to more than "
+                                     f"{MAX_YAML_NODES} nodes through its aliases (an alias bomb?)", fix)
+                documents.append(loader.construct_document(node))
+            return documents
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError(input_name, f"YAML syntax error{where}: {problem}", fix) from exc
+
+
+def load_yaml_documents(real: Path, input_name: str, fix: str) -> list[Any]:
+    """All documents of a YAML file; a syntax error becomes one line with line and column."""
+    try:
+        size = real.stat().st_size
+    except OSError as exc:
+        raise InputError(input_name, f"cannot be read ({exc.strerror})", "check the file permissions") from exc
+    if size > MAX_YAML_BYTES:
+        raise InputError(input_name, f"is {size} bytes, more than the {MAX_YAML_BYTES} a handed-off YAML file may "
+                         "have", fix)
+    try:
+        text = real.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(input_name, "is not UTF-8 text", fix) from exc
+    return load_yaml_text(text, input_name, fix)
 
 
 # --- user_workload.yaml ----------------------------------------------------------------------
@@ -465,8 +529,70 @@ def parse_dgd(documents: Sequence[Any], input_name: str) -> str:
     return name
 
 
-def check_support_documents(documents: Sequence[Any], input_name: str) -> None:
-    """Step 4 reads kind and metadata.name, never file names: require them now."""
+# Kinds a handed-off file may never carry. Steps 4 and 5 apply every document of the DGD and support
+# files, and the harness must never create or change Secrets, Namespaces, RBAC or cluster-scoped
+# objects: those are the cluster admin's prerequisites. Refused in step 1, before any request.
+FORBIDDEN_KINDS = frozenset({
+    "Secret", "Namespace", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+    "CustomResourceDefinition", "Node", "PersistentVolume", "StorageClass", "PriorityClass", "RuntimeClass",
+    "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding", "APIService", "CertificateSigningRequest",
+})
+# What each support manifest may hold (step 4 runs Jobs and waits for PVCs; nothing else belongs there).
+SUPPORT_KINDS = {
+    "model-cache": frozenset({"PersistentVolumeClaim"}),
+    "model-download": frozenset({"Job", "ConfigMap"}),
+    "model-validate": frozenset({"Job", "ConfigMap"}),
+}
+
+
+def _check_objects(documents: Sequence[Any], input_name: str, namespace: str, fix: str) -> None:
+    """No forbidden kind, and nothing aimed at another namespace (a document's own
+    ``metadata.namespace`` wins over the workload's when it is applied)."""
+    for index, doc in enumerate(d for d in documents if d is not None):
+        if not isinstance(doc, dict):
+            continue
+        kind = doc.get("kind")
+        name = _get(doc, "metadata.name")
+        label = f"document {index + 1} ({kind}/{name if name is not _MISSING else '?'})"
+        if kind in FORBIDDEN_KINDS:
+            raise InputError(input_name, f"{label} is a {kind}: the harness never creates Secrets, Namespaces, "
+                             "RBAC or cluster-scoped objects", fix)
+        doc_ns = _get(doc, "metadata.namespace")
+        if doc_ns is not _MISSING and doc_ns is not None and doc_ns != namespace:
+            raise InputError(input_name, f"{label} names namespace {doc_ns!r}, the workload deploys to "
+                             f"{namespace!r}", fix)
+
+
+def check_dgd_objects(documents: Sequence[Any], input_name: str, namespace: str) -> None:
+    """The assigned DGD file: only the DGD and namespaced objects it needs (ConfigMaps, PVCs,
+    ComputeDomains), all in the workload's namespace."""
+    _check_objects(documents, input_name, namespace,
+                   "hand over a DGD file with only the DGD and the namespaced objects it needs (ConfigMaps, "
+                   "PVCs); the cluster admin creates secrets, namespaces and RBAC")
+
+
+def check_dgd_deployable(text: str, input_name: str) -> None:
+    """What the DGD model can tell from the file alone (so no cluster request is made for it):
+    field types, replicas that Kubernetes would refuse, and a DGD whose workers request no GPU."""
+    model = dgd_mod.parse_dgd(text, input_name)  # wrong field types raise InputError naming the field
+    for problem in model.unrepresentable:
+        if ".replicas is the string" in problem:
+            raise InputError(input_name, problem, "write replicas as a whole number (rendered, unquoted)")
+    if any("DRA" in problem for problem in model.unrepresentable):
+        return  # GPUs requested through device claims: the model cannot count them, step 2 says unknown
+    workers = [c for c in model.components if c.is_worker]
+    if not any(c.gpus_per_pod > 0 for c in workers) and (workers or model.total_gpus() == 0):
+        shown = ", ".join(f"{c.name} ({c.type})" for c in workers) or "no worker component"
+        raise InputError(input_name, f"no worker requests a GPU ({shown}): an LLM worker without a GPU request "
+                         "schedules on any node and cannot serve", "set resources.limits.gpu on the worker "
+                         "components (the assigned DGD must request the GPUs it serves on)")
+
+
+def check_support_documents(documents: Sequence[Any], input_name: str, support_type: str | None = None,
+                            namespace: str | None = None) -> None:
+    """Step 4 reads kind and metadata.name, never file names: require them now, and only the kinds
+    that support type may hold."""
     fix = "hand over a Kubernetes manifest with kind and metadata.name"
     objects = [d for d in documents if d is not None]
     if not objects:
@@ -476,6 +602,20 @@ def check_support_documents(documents: Sequence[Any], input_name: str) -> None:
             _get(doc, "metadata.name"), str
         ):
             raise InputError(input_name, f"document {index + 1} has no kind and metadata.name", fix)
+    if namespace is not None:
+        _check_objects(objects, input_name, namespace,
+                       f"hand over the {support_type or 'support'} manifest that was written for this workload")
+    allowed = SUPPORT_KINDS.get(support_type or "")
+    if allowed is None:
+        return
+    wanted = "a PersistentVolumeClaim" if support_type == "model-cache" else "a Job"
+    for index, doc in enumerate(objects):
+        if doc["kind"] not in allowed:
+            raise InputError(input_name, f"document {index + 1} is a {doc['kind']}, a {support_type} manifest holds "
+                             f"only {', '.join(sorted(allowed))}", f"hand over the {support_type} manifest ({wanted})")
+    if support_type != "model-cache" and not any(d["kind"] == "Job" for d in objects):
+        raise InputError(input_name, f"holds no Job, a {support_type} manifest runs one",
+                         f"hand over the {support_type} manifest ({wanted})")
 
 
 def select_download_variant(
@@ -561,6 +701,58 @@ def _copy_atomically(source: Path, dest: Path) -> None:
         raise
 
 
+class DeploymentLocked(InputError):
+    """Another live run holds this iteration's deployment directory: refused before any write."""
+
+
+# Deployment directories this process holds, realpath -> the descriptor carrying the flock. The
+# lock is the directory's own flock (no lock file to leave behind or to list in the directory): the
+# kernel releases it when the holder exits, so a SIGKILLed run never blocks the rerun. Descriptors
+# are close-on-exec, so a child (kubectl port-forward) can never keep a dead run's lock alive.
+_HELD: dict[str, int] = {}
+
+
+def _lock_holder(fd: int) -> str:
+    """``pid N`` of the process holding the flock on ``fd``'s inode, from /proc/locks (Linux)."""
+    st = os.fstat(fd)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == inode:
+                return f"pid {fields[4]}"
+    except OSError:
+        pass
+    return "another process"
+
+
+def lock_deployment(deploy_root: Path, iteration: int) -> None:
+    """Take the exclusive lock on a deployment directory for this process (re-entrant), or refuse."""
+    key = os.path.realpath(deploy_root)
+    if key in _HELD:
+        return
+    fd = os.open(key, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _lock_holder(fd)
+        os.close(fd)
+        raise DeploymentLocked(
+            f"--iter {iteration}",
+            f"artifacts/{deploy_id(iteration)} is in use by another run of this iteration ({holder}); "
+            "nothing was written",
+            "wait for that run to finish (two runs of one iteration would change the same DGD), then rerun",
+        ) from None
+    _HELD[key] = fd
+
+
+def release_deployment_lock(deploy_root: Path) -> None:
+    """Release the lock taken by :func:`lock_deployment` (at session end); a no-op if not held."""
+    fd = _HELD.pop(os.path.realpath(deploy_root), None)
+    if fd is not None:
+        os.close(fd)
+
+
 def existing_candidate(deploy_root: Path, dgd_sha256: str) -> tuple[bool, Mapping[str, Any] | None]:
     """Whether an existing deployment directory belongs to this candidate, and its ledger.
 
@@ -632,6 +824,8 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
     dgd_sha = _check_sha(dgd_real, settings.dgd_sha256, dgd_name_in, hand_fix)
     dgd_docs = load_yaml_documents(dgd_real, dgd_name_in, hand_fix)
     dgd_name = parse_dgd(dgd_docs, dgd_name_in)
+    check_dgd_objects(dgd_docs, dgd_name_in, workload.namespace)
+    check_dgd_deployable(dgd_real.read_text(encoding="utf-8"), dgd_name_in)
     source_dgd = FileRef(dgd_real, rel(dgd_real, exp_root), dgd_sha)
 
     # (3) Iteration 0: the assigned DGD is the contract's baseline.
@@ -653,7 +847,7 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
     # Support manifests: only what the handoff contains.
     by_type: dict[str, list[FileRef]] = {}
     for item in settings.support:
-        by_type.setdefault(item.type, []).append(_support_ref(item, exp_root))
+        by_type.setdefault(item.type, []).append(_support_ref(item, exp_root, workload.namespace))
     for kind in ("model-cache", "model-validate"):
         if len(by_type.get(kind, [])) > 1:
             names = ", ".join(r.rel for r in by_type[kind])
@@ -680,6 +874,10 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
                          f"pass <EXP_ROOT>/artifacts/{deploy_id(settings.iteration - 1)}")
     earlier: Mapping[str, Any] | None = None
     resuming = deploy_root.exists()
+    # One run per deployment directory: the lock is taken before anything is written in it (the
+    # earlier ledger is read under it), and a concurrent run stops here having written nothing.
+    deploy_root.mkdir(parents=True, exist_ok=True)
+    lock_deployment(deploy_root, settings.iteration)
     if resuming:
         mine, earlier = existing_candidate(deploy_root, dgd_sha)
         if not mine:
@@ -716,14 +914,15 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
     )
 
 
-def _support_ref(item: SupportInput, exp_root: Path) -> FileRef:
+def _support_ref(item: SupportInput, exp_root: Path, namespace: str | None = None) -> FileRef:
     name = f"--support {item.type}={_display(item.path, exp_root)}"
     real = _existing_file(item.path, exp_root, name, f"pass the {item.type} manifest that was handed over")
     try:
         sha = sha256_file(real)
     except OSError as exc:
         raise InputError(name, f"cannot be read ({exc.strerror})", "check the file permissions") from exc
-    check_support_documents(load_yaml_documents(real, name, "fix the YAML or hand over the right file"), name)
+    check_support_documents(load_yaml_documents(real, name, "fix the YAML or hand over the right file"), name,
+                            item.type, namespace)
     return FileRef(real, rel(real, exp_root), sha)
 
 

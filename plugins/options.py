@@ -43,7 +43,9 @@ def _dest(option: str) -> str:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup(GROUP, "dynamo-deploy-suite: deploy one DynamoGraphDeployment per iteration")
     add = group.addoption
-    add("--iter", dest=_dest("--iter"), metavar="N", type=int, default=None,
+    # No argparse `type=`: argparse would refuse "--iter=one" with a usage dump and no fix;
+    # deploy_suite.settings judges the raw text and says how to fix it.
+    add("--iter", dest=_dest("--iter"), metavar="N", default=None,
         help="zero-based optimization iteration; the run writes <EXP_ROOT>/artifacts/deploy-iter-NNN/")
     add("--handoff", dest=_dest("--handoff"), metavar="FILE", default=None,
         help="YAML file holding any of these options (keys: iteration, exp_root, workload, workload_sha256, "
@@ -84,7 +86,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     defaults = Timeouts()
     for option, key in TIMEOUT_OPTIONS.items():
         what = key.removesuffix("_s").replace("_", " ")
-        add(option, dest=_dest(option), metavar="SECONDS", type=float, default=None,
+        add(option, dest=_dest(option), metavar="SECONDS", default=None,
             help=f"bound of the {what} wait (default: {getattr(defaults, key):.0f})")
 
 

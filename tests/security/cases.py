@@ -1,0 +1,239 @@
+"""The bad-input corpus: one folder per case under ``tests/security/corpus/``; adding a case is adding a folder.
+
+A case folder holds the offending file(s) and ``case.yaml``::
+
+    about: one line saying what is wrong
+    input: the handoff field / option the files replace (documentation)
+    files:                      # EXP_ROOT-relative destination: file of this folder
+      inputs/user_provided_dgd.yaml: dgd.yaml
+    iteration: 0                # --iter on the command line (default 0); null: not passed
+    stage: 1                    # stage the sample's iteration-1 candidate first (iteration > 0 cases)
+    rehash: true                # default: hashes recomputed after the files are placed, so the
+                                # content is judged, not the hash (false: the hash check must catch it)
+    args: [--iter=-1]           # extra command-line options
+    symlinks: {inputs/model-cache.yaml: "${OUTSIDE}/model-cache.yaml"}
+    generate: {path: inputs/user_provided_dgd.yaml, pad_to_mb: 50}   # grow a file (not kept in git)
+    exit: 1                     # expected exit status (4: usage error before any directory, 1: step 1)
+    expect: ["--dgd inputs/user_provided_dgd.yaml", "fix:"]   # substrings of the one error line
+    max_seconds: 30             # optional bounds of the whole run (wall clock, peak RSS)
+    max_rss_mb: 300
+
+Case files are templates (``string.Template``, unknown ``$names`` left alone): ``${CONTEXT}``,
+``${NAMESPACE}``, ``${EXP_ROOT}``, ``${OUTSIDE}`` (a directory outside EXP_ROOT holding valid copies of
+the sample inputs), ``${DGD_CONTRACT_PATH}``, ``${DGD_SHA256}``, ``${WORKLOAD_SHA256}`` and
+``${CANDIDATE_SHA256}`` (hashes as placed, so a case can be wrong in exactly one way).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import string
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fixtures.experiments.make_experiment import stage_candidate
+from tests.security import harness
+
+CORPUS = Path(__file__).with_name("corpus")
+DEFAULT_MAX_SECONDS = 90.0  # a loaded 2-core CI machine; the bomb cases set tighter bounds
+DEFAULT_MAX_RSS_MB = 400.0
+
+
+def case_names() -> list[str]:
+    return sorted(p.name for p in CORPUS.iterdir() if (p / "case.yaml").is_file())
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    folder: Path
+    spec: dict[str, Any]
+
+    @classmethod
+    def load(cls, name: str) -> Case:
+        folder = CORPUS / name
+        spec: dict[str, Any] = yaml.safe_load((folder / "case.yaml").read_text(encoding="utf-8"))
+        return cls(name, folder, spec)
+
+    @property
+    def iteration(self) -> int | None:
+        value = self.spec.get("iteration", 0)
+        return None if value is None else int(value)
+
+    @property
+    def expect(self) -> list[str]:
+        return [str(s) for s in self.spec["expect"]]
+
+    @property
+    def exit(self) -> int:
+        return int(self.spec["exit"])
+
+    @property
+    def max_seconds(self) -> float:
+        return float(self.spec.get("max_seconds", DEFAULT_MAX_SECONDS))
+
+    @property
+    def max_rss_mb(self) -> float:
+        return float(self.spec.get("max_rss_mb", DEFAULT_MAX_RSS_MB))
+
+
+def sha(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _render(text: str, values: dict[str, str]) -> str:
+    return string.Template(text).safe_substitute(values)
+
+
+@dataclass
+class Materialized:
+    exp_root: Path
+    handoff: Path
+    args: list[str]
+    values: dict[str, str] = field(default_factory=dict)
+
+
+def materialize(case: Case, dest: Path, context: str, namespace: str) -> Materialized:
+    """A fresh copy of the sample experiment with the case's files in place."""
+    exp = harness.write_experiment(dest / "scratch", context=context, namespace=namespace)
+    root = exp.exp_root
+    outside = dest / "outside"
+    outside.mkdir(parents=True)
+    for sample in ("user_workload.yaml", "inputs/user_provided_dgd.yaml", "inputs/model-cache.yaml",
+                   "inputs/model-download.yaml"):
+        shutil.copyfile(root / sample, outside / Path(sample).name)
+    values = {"CONTEXT": context, "NAMESPACE": namespace, "EXP_ROOT": str(root), "OUTSIDE": str(outside),
+              "DGD_CONTRACT_PATH": f"runs/{root.name}/inputs/user_provided_dgd.yaml"}
+    candidate = root / "artifacts" / "deploy-iter-000" / "next-candidate" / "deploy-draft.yaml"
+    if case.spec.get("stage"):
+        (root / "artifacts" / "deploy-iter-000").mkdir(parents=True)
+        stage_candidate(root, int(case.spec["stage"]))
+    files: dict[str, str] = dict(case.spec.get("files") or {})
+    late = {d for d in files if d == "user_workload.yaml" or Path(d).name.startswith("handoff")}
+
+    def place(dest_rel: str) -> None:
+        target = root / dest_rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink() or target.exists():
+            target.unlink()
+        target.write_text(_render((case.folder / files[dest_rel]).read_text(encoding="utf-8"), values),
+                          encoding="utf-8")
+
+    for dest_rel in sorted(set(files) - late):
+        place(dest_rel)
+    generate = case.spec.get("generate")
+    if generate:  # before hashing: the generated file is the handed-off one
+        _pad(root / str(generate["path"]), int(generate["pad_to_mb"]) << 20)
+    rehash = bool(case.spec.get("rehash", True))
+    workload = root / "user_workload.yaml"
+    values["DGD_SHA256"] = sha(root / "inputs" / "user_provided_dgd.yaml")
+    if rehash and "user_workload.yaml" not in files:
+        harness.set_line(workload, "dgd_sha256", f'"{values["DGD_SHA256"]}"')
+    if "user_workload.yaml" in files:
+        place("user_workload.yaml")
+    values["WORKLOAD_SHA256"] = sha(workload)
+    if candidate.is_file():
+        values["CANDIDATE_SHA256"] = sha(candidate)
+    if rehash:
+        for handoff_name, dgd_key in (("handoff-iter-000.yaml", "DGD_SHA256"), ("handoff-iter-001.yaml",
+                                                                                 "CANDIDATE_SHA256")):
+            path = root / handoff_name
+            if handoff_name not in files and path.is_file():
+                harness.set_line(path, "workload_sha256", f'"{values["WORKLOAD_SHA256"]}"')
+                harness.set_line(path, "dgd_sha256", f'"{values[dgd_key]}"')
+    for dest_rel in sorted(late - {"user_workload.yaml"}):
+        place(dest_rel)
+    for link, target in (case.spec.get("symlinks") or {}).items():
+        path = root / link
+        if path.exists() or path.is_symlink():
+            path.unlink()
+        path.symlink_to(_render(str(target), values))
+    handoff = root / str(case.spec.get("handoff") or f"handoff-iter-{case.iteration or 0:03d}.yaml")
+    args = [_render(str(a), values) for a in case.spec.get("args") or []]
+    return Materialized(root, handoff, args, values)
+
+
+def _pad(path: Path, size: int) -> None:
+    """Grow a YAML file whose last line opens a mapping (``data:``) to ``size`` bytes of valid YAML."""
+    line = "  pad-{:08d}: \"" + "x" * 100 + "\"\n"
+    with path.open("a", encoding="utf-8") as handle:
+        index = 0
+        written = path.stat().st_size
+        while written < size:
+            text = "".join(line.format(index + i) for i in range(1000))
+            handle.write(text)
+            written += len(text)
+            index += 1000
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: Case
+    run: harness.SuiteRun
+    max_rss_mb: float
+    events: list[dict[str, Any]]
+    exp_root: Path
+
+    @property
+    def mutations(self) -> list[dict[str, Any]]:
+        return harness.mutations(self.events)
+
+
+def run_measured(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str, float]:
+    """Run ``argv`` from the checkout root; (exit status, stdout, stderr, peak RSS in MB of that child)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, cwd=harness.REPO, env=env, stdout=out, stderr=err)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            # wait4, not wait: the rusage of exactly this child (RUSAGE_CHILDREN would mix in the
+            # other cases running in parallel).
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return (proc.returncode, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"),
+                usage.ru_maxrss / 1024.0)
+
+
+def run_case(case: Case, dest: Path, context: str, namespace: str, kubeconfig: str, audit_log: str) -> CaseResult:
+    """Materialize the case, run the real suite on it, and collect its audited requests."""
+    mat = materialize(case, dest, context, namespace)
+    agent = harness.new_user_agent(f"security-corpus/{case.name}")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           harness.USER_AGENT_ENV: agent}
+    for key in ("PYTEST_ADDOPTS", "KUBECONFIG"):
+        env.pop(key, None)
+    argv = [sys.executable, "-m", "pytest", *([f"--iter={case.iteration}"] if case.iteration is not None else []),
+            f"--handoff={mat.handoff}", f"--kubeconfig={kubeconfig}", f"--reports-dir={dest / 'reports'}",
+            "-p", "no:cacheprovider", *mat.args]
+    started_wall = time.time()
+    started = time.monotonic()
+    code, stdout, stderr, rss = run_measured(argv, env, timeout=max(case.max_seconds * 3, 120.0))
+    run = harness.SuiteRun(code, stdout, stderr, time.monotonic() - started, mat.exp_root, case.iteration or 0,
+                           agent, started_wall, time.time())
+    generate = case.spec.get("generate")
+    if generate:  # 50 MB of padding need not outlive the run
+        (mat.exp_root / str(generate["path"])).unlink()
+    kube = harness.sentinel_kube(context, kubeconfig, agent)
+    try:
+        events = harness.audit_events(audit_log, kube, agent)
+    finally:
+        kube.close()
+    return CaseResult(case, run, rss, events, mat.exp_root)

@@ -1,0 +1,266 @@
+"""Issue 7 item 3 (and the security half of item 4): full runs of the real suite on the offline cluster.
+
+One module fixture plays a whole experiment: the cluster admin creates a namespace and
+``hf-token-secret`` holding a random canary, then iteration 0 and iteration 1 (which retires 0)
+run as a user runs them, each with a user agent of its own, through a kubeconfig whose
+current-context is a **decoy** (a 127.0.0.1 listener that counts connections) while the workload
+names the real context. Three tests judge that experiment:
+
+(a) the canary never leaves the API server. It is searched (as is and base64-encoded) in every
+    file under EXP_ROOT (ledgers, smoke files, job logs under ``logs/``, run-scoped copies), in
+    the reports directory (HTML, JUnit) and in the captured terminal output. Because the audit
+    log is Metadata-level (no bodies), "no request could return the value" is proven from three
+    sides instead of by intercepting TLS: the audit log shows the harness's only requests on
+    ``secrets`` are ``get`` of ``hf-token-secret`` by exact name (no list/watch, which would return
+    values); the ledger records each of them as ``kubectl get secrets NAME -o jsonpath={.metadata}``
+    (``Kube.secret_exists``, a metadata-only Accept); and replaying that exact request through
+    ``Kube`` shows the apiserver answers a ``PartialObjectMetadata`` without ``data``. A process
+    that never receives the value cannot write it or send it in a request body.
+(b) zero connections to the decoy over both runs (every request, and kubectl port-forward, is
+    pinned to the workload's context);
+(d) the audit log of both runs (the harness's user agent, plus its ``kubectl port-forward`` child
+    inside the run's time window) shows no create/update/patch/delete (dry-runs aside) of
+    Secrets, Namespaces, CRDs or Nodes; the only DGD deleted is the previous iteration's, by exact
+    name and namespace, during iteration 1; mutations only touch the kinds the handed-off
+    manifests hold (DGDs, Jobs, PVCs) and only after step 2 validated.
+
+(c) runs iteration 0 as a namespace-scoped ServiceAccount (``fixtures/identities.py``): the
+    cluster-scope reads are refused by real RBAC and become limitations, and the run is ``ready``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy_suite.kube import Kube, Obj
+from deploy_suite.offline.cluster import OfflineCluster
+from fixtures.experiments.make_experiment import Experiment, stage_candidate
+from fixtures.identities import Identity
+from tests.security import harness
+
+pytestmark = [pytest.mark.cluster]
+
+NEVER_MUTATED = {"secrets", "namespaces", "customresourcedefinitions", "nodes"}
+HANDED_OVER_KINDS = {"dynamographdeployments", "jobs", "persistentvolumeclaims"}
+CLUSTER_SCOPED = {"namespaces", "customresourcedefinitions", "storageclasses", "nodes", "persistentvolumes"}
+DGD_NAME = "demo-agg"  # the sample experiment's DGD, in both iterations
+
+
+@dataclass
+class Experiment2:
+    """Iterations 0 and 1 of one experiment, with what the tests need to judge them."""
+
+    cluster: OfflineCluster
+    namespace: str
+    canary: str
+    exp: Experiment
+    reports: Path
+    decoy: harness.Listener
+    runs: list[harness.SuiteRun]
+    events: list[list[Obj]]  # per run: the harness's audited requests
+    kubectl_events: list[list[Obj]]  # per run: kubectl (port-forward) requests in the run's window
+
+
+def _when(event: Obj) -> float:
+    stamp = str(event["requestReceivedTimestamp"]).replace("Z", "+00:00")
+    return dt.datetime.fromisoformat(stamp).timestamp()
+
+
+def _kubectl_events(audit_log: str, run: harness.SuiteRun) -> list[Obj]:
+    """The run's ``kubectl port-forward`` child: kubectl's own user agent, inside the run's window
+    (this session's cluster serves one test at a time, so nothing else runs kubectl then)."""
+    found = []
+    with open(audit_log, encoding="utf-8") as handle:
+        for line in handle:
+            if '"kubectl/' not in line:
+                continue
+            event = json.loads(line)
+            if str(event.get("userAgent", "")).startswith("kubectl/") and run.started <= _when(event) <= run.ended:
+                found.append(event)
+    return found
+
+
+@pytest.fixture(scope="module")
+def experiment2(offline_cluster: OfflineCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Experiment2]:
+    info = offline_cluster.info()
+    admin = offline_cluster.kube()
+    canary = harness.new_canary()
+    namespace = harness.admin_namespace(admin, canary, prefix="secrun")
+    tmp = tmp_path_factory.mktemp("experiment2")
+    decoy = harness.Listener()
+    try:
+        kubeconfig = harness.decoy_kubeconfig(tmp / "decoy-kubeconfig.yaml", info.kubeconfig,
+                                              offline_cluster.context, decoy.port)
+        exp = harness.write_experiment(tmp / "scratch", context=offline_cluster.context, namespace=namespace)
+        reports = tmp / "reports"
+        runs: list[harness.SuiteRun] = []
+        events: list[list[Obj]] = []
+        kubectl: list[list[Obj]] = []
+        for iteration in (0, 1):
+            if iteration == 1:
+                stage_candidate(exp.exp_root, 1)
+            run = harness.run_suite(exp.exp_root, iteration, kubeconfig, reports,
+                                    user_agent=harness.new_user_agent(f"security-run/iter-{iteration}"))
+            assert run.returncode == 0, run.output
+            runs.append(run)
+            sentinel = harness.sentinel_kube(offline_cluster.context, info.kubeconfig, run.user_agent)
+            try:
+                events.append(harness.audit_events(info.audit_log, sentinel, run.user_agent))
+            finally:
+                sentinel.close()
+            kubectl.append(_kubectl_events(info.audit_log, run))
+        yield Experiment2(offline_cluster, namespace, canary, exp, reports, decoy, runs, events, kubectl)
+    finally:
+        decoy.close()
+        admin.delete("Namespace", namespace)
+        admin.close()
+
+
+def test_both_iterations_are_ready(experiment2: Experiment2) -> None:
+    first, second = (run.ledger() for run in experiment2.runs)
+    assert (first["status"], second["status"]) == ("ready", "ready")
+    assert first["torn_down_at"] is not None  # iteration 1 retired iteration 0
+    assert second["retired_previous"] is not None
+
+
+# ------------------------------------------------------------------ (a) the canary
+
+
+def _texts(experiment2: Experiment2) -> Iterator[tuple[str, str]]:
+    for root in (experiment2.exp.exp_root, experiment2.reports):
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                yield str(path), path.read_bytes().decode("utf-8", "replace")
+    for run in experiment2.runs:
+        yield f"terminal output of iteration {run.iteration}", run.output
+
+
+def test_the_secret_value_never_appears_in_any_artifact_or_output(experiment2: Experiment2) -> None:
+    canary = experiment2.canary
+    forms = {canary, base64.b64encode(canary.encode()).decode()}
+    searched = 0
+    leaks = []
+    for where, text in _texts(experiment2):
+        searched += 1
+        leaks += [where for form in forms if form in text]
+    harness.record_figure("secret-leaks", leaks=len(leaks), searched=searched)
+    assert leaks == []
+    # The search covered what the spec names: ledgers, smoke files, HTML, JUnit, output.
+    names = {Path(w).name for w, _ in _texts(experiment2)}
+    assert {"deployment_ledger.json", "smoke_test_artifact.json", "deploy-iter-000.html",
+            "deploy-iter-001.xml"} <= names
+    assert any("/smoke/" in w for w, _ in _texts(experiment2))
+
+
+def test_secrets_are_only_read_by_name_with_metadata_only_requests(experiment2: Experiment2) -> None:
+    for run, events in zip(experiment2.runs, experiment2.events, strict=True):
+        on_secrets = [e for e in events if (e.get("objectRef") or {}).get("resource") == "secrets"]
+        assert on_secrets, "the run never checked its secret"
+        for e in on_secrets:
+            assert (e["verb"], e["objectRef"].get("name"), e["objectRef"].get("namespace")) == (
+                "get", harness.SECRET, experiment2.namespace), harness.describe(e)
+        recorded = [c["command"] for c in run.ledger()["commands"] if " secrets" in c["command"]]
+        assert len(recorded) == len(on_secrets), (recorded, [harness.describe(e) for e in on_secrets])
+        for command in recorded:
+            assert f"get secrets {harness.SECRET} -n {experiment2.namespace} -o 'jsonpath={{.metadata}}'" in command
+
+    # Replay the harness's own request (Kube.secret_exists -> metadata-only GET): no value comes back.
+    info = experiment2.cluster.info()
+    kube = Kube(experiment2.cluster.context, info.kubeconfig, user_agent=harness.new_user_agent("security-replay"))
+    try:
+        answer = kube.get("Secret", harness.SECRET, experiment2.namespace, metadata_only=True)
+    finally:
+        kube.close()
+    assert answer["kind"] == "PartialObjectMetadata" and "data" not in answer and "stringData" not in answer
+    assert experiment2.canary not in json.dumps(answer)
+    assert base64.b64encode(experiment2.canary.encode()).decode() not in json.dumps(answer)
+
+
+# ------------------------------------------------------------------ (b) the decoy current-context
+
+
+def test_a_decoy_current_context_gets_no_connection(experiment2: Experiment2) -> None:
+    harness.record_figure("decoy", connections=experiment2.decoy.connections, runs=len(experiment2.runs))
+    assert experiment2.decoy.connections == 0
+    for run in experiment2.runs:
+        commands = [c["command"] for c in run.ledger()["commands"]]
+        assert commands and all(f"--context {experiment2.cluster.context}" in c for c in commands)
+
+
+# ------------------------------------------------------------------ (d) what the harness mutates
+
+
+def test_the_harness_mutates_only_what_it_owns_and_only_after_validation(experiment2: Experiment2) -> None:
+    before_validation = 0
+    for index, (run, events, kubectl) in enumerate(zip(experiment2.runs, experiment2.events,
+                                                       experiment2.kubectl_events, strict=True)):
+        changed = harness.mutations(events)
+        assert changed, "a ready run applies something"
+        for e in changed:
+            ref = e["objectRef"]
+            assert ref["resource"] not in NEVER_MUTATED, harness.describe(e)
+            assert ref["resource"] in HANDED_OVER_KINDS, harness.describe(e)
+            assert ref.get("namespace") == experiment2.namespace, harness.describe(e)
+            if ref["resource"] == "dynamographdeployments":
+                assert ref.get("name") == DGD_NAME, harness.describe(e)
+        deletes = [e for e in changed if e["verb"] in {"delete", "deletecollection"}]
+        if index == 0:
+            assert deletes == [], [harness.describe(e) for e in deletes]
+        else:
+            assert [(e["objectRef"]["resource"], e["objectRef"]["name"]) for e in deletes] == [
+                ("dynamographdeployments", DGD_NAME)]
+        # Nothing changes before step 2 has validated (its end is in the ledger).
+        step2 = next(s for s in run.ledger()["steps"] if s["name"] == "step2_validate")
+        validated = dt.datetime.fromisoformat(str(step2["ended_at"]).replace("Z", "+00:00")).timestamp()
+        early = [e for e in changed if _when(e) < validated]
+        before_validation += len(early)
+        assert early == [], [harness.describe(e) for e in early]
+        # The kubectl child: port-forward only (a "create" on pods/portforward) and reads.
+        for e in harness.mutations(kubectl):
+            assert (e["objectRef"].get("resource"), e["objectRef"].get("subresource")) == ("pods", "portforward"), \
+                harness.describe(e)
+    harness.record_figure("full-run-mutations-before-validation", mutations=before_validation)
+
+
+# ------------------------------------------------------------------ (c) a namespace-scoped identity
+
+
+def test_a_namespaced_service_account_runs_to_ready_with_limitations(
+        offline_cluster: OfflineCluster, cluster_kube: Kube, deployer_identity: Identity, tmp_path: Path) -> None:
+    namespace = deployer_identity.namespace
+    cluster_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": harness.SECRET},
+                         "type": "Opaque", "stringData": {"HF_TOKEN": harness.new_canary()}}, namespace)
+    exp = harness.write_experiment(tmp_path / "scratch", context=deployer_identity.context, namespace=namespace)
+    run = harness.run_suite(exp.exp_root, 0, deployer_identity.kubeconfig, tmp_path / "reports",
+                            user_agent=harness.new_user_agent("security-run/namespaced"))
+    assert run.returncode == 0, run.output
+    data = run.ledger()
+    assert data["status"] == "ready", data["blockers"]
+    limits = "\n".join(str(x) for x in data["limitations"])
+    for expected in ("CRD read forbidden", "storageclass list forbidden", "node list forbidden",
+                     f"get namespace {namespace} forbidden"):
+        assert expected in limits, limits
+    assert (data["capacity"] or {}).get("capacity") == "unknown"
+
+    kube = deployer_identity.kube(user_agent=run.user_agent)
+    try:
+        events = harness.audit_events(offline_cluster.info().audit_log, kube, run.user_agent)
+    finally:
+        kube.close()
+    assert {e["user"]["username"] for e in events} == {deployer_identity.username}
+    forbidden = {(e["verb"], e["objectRef"]["resource"]) for e in events if e["responseStatus"]["code"] == 403}
+    assert forbidden >= {("get", "namespaces"), ("get", "customresourcedefinitions"), ("list", "storageclasses"),
+                         ("list", "nodes")}
+    # Only cluster-scope reads were refused: everything the run needs inside its namespace was allowed.
+    assert {verb for verb, _ in forbidden} <= {"get", "list", "watch"}, forbidden
+    assert {resource for _, resource in forbidden} <= CLUSTER_SCOPED, forbidden
+    changed: list[Any] = harness.mutations(events)
+    assert {e["objectRef"]["resource"] for e in changed} <= HANDED_OVER_KINDS
