@@ -92,8 +92,12 @@ class ReportPlugin:
                       bold=True, **colour)
         for step in data["steps"]:
             took = f"{step['duration_s']:.2f}s" if step["duration_s"] is not None else ""
-            # A blocked/failed step's reason is the blocker line below: say it once.
-            extra = f"  {step['reason']}" if step["reason"] and step["outcome"] == "skipped" else ""
+            # The reason itself is the blocker line below: skipped rows only name the step that
+            # stopped the run ("blocked by <step>"), so the error is said once, not once per step.
+            reason = str(step["reason"] or "")
+            if reason.startswith("blocked by "):
+                reason = reason.split(":", 1)[0]
+            extra = f"  {reason}" if reason and step["outcome"] == "skipped" else ""
             tr.write_line(f"  {step['name']:<25} {step['outcome']:<8} {took:>8}{extra}".rstrip())
         for blocker in data["blockers"]:
             tr.write_line(f"blocked: {blocker['message']}; fix: {blocker['fix']}", red=True)
