@@ -19,12 +19,14 @@ resumed after a dropped connection (an apiserver restart) and relisted after ``4
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import queue
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -667,6 +669,7 @@ class Kube:
                  "timeoutSeconds": max(1, int(seconds)), "labelSelector": label_selector,
                  "fieldSelector": field_selector}
         resp = self._request("GET", res.path(namespace), query=query, stream=True, timeout=seconds + 10)
+        finished = False
         try:
             buf = b""
             for chunk in resp.stream(amt=None, decode_content=False):
@@ -675,8 +678,15 @@ class Kube:
                     line, buf = buf.split(b"\n", 1)
                     if line.strip():
                         yield json.loads(line)
+            finished = True
         finally:
-            resp.release_conn()
+            if finished:
+                resp.release_conn()
+            else:
+                # Abandoned (the predicate was satisfied) or broken (apiserver restart): the
+                # connection still carries a watch, never reusable; close its socket now rather
+                # than leave it to the garbage collector (a ResourceWarning in a later step).
+                resp.close()
 
     # ------------------------------------------------------------------ port-forward
     def port_forward(self, target: str, namespace: str, remote_port: int, local_port: int = 0,
@@ -698,13 +708,44 @@ def _key(obj: Obj) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGTERM when the harness dies (Linux only).
+
+    ``stop()`` always ends the port-forward, but a harness killed with SIGKILL (OOM killer, CI
+    timeout, a person) runs no cleanup: kubectl, in its own session, would live on forever holding
+    a local port and a stream through the apiserver. The kernel's parent-death signal ends it. The
+    function only calls prctl (libc is loaded here, in the parent, not in the forked child).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the harness died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
 class PortForward:
-    """A ``kubectl port-forward`` child process; learns its local port from kubectl's first line."""
+    """A ``kubectl port-forward`` child process; learns its local port from kubectl's first line.
+
+    The child is tied to the life of the thread that starts it (the kernel's parent-death signal
+    follows the creating thread): start it from the thread that owns the smoke test.
+    """
 
     def __init__(self, argv: list[str]) -> None:
         self.argv = argv
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=_parent_death_signal())  # noqa: PLW1509
         self.local_port: int | None = None
         self.output: list[str] = []
         self._reader: threading.Thread | None = None

@@ -18,6 +18,7 @@ ledger write, so the e2e tests can prove a killed run leaves a valid ledger.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Generator
@@ -54,7 +55,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
     def to_terminal(line: str) -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
+        if reporter is None:
+            return
+        # Waits run inside a test, where pytest captures stdout: without lifting the capture the live
+        # line would only reach the captured output of a failed step, never the person waiting.
+        capman = config.pluginmanager.get_plugin("capturemanager")
+        with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
             reporter.write_line(f"  ... {line}")
 
     run.progress_sink = to_terminal

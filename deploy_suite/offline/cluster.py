@@ -402,12 +402,26 @@ class OfflineCluster:
             if not wait_exit(pid, 10.0):
                 raise ClusterError(f"{name} (pid {pid}) did not exit after SIGKILL")
         down_at = time.monotonic()
-        new_pid = snap.start()
-        pid_file = self.dir / "pids" / f"{name}.pid"
-        tmp = pid_file.with_name(f".{pid_file.name}.tmp")
-        tmp.write_text(str(new_pid))
-        tmp.replace(pid_file)  # `cluster down` and kwokctl find the new process by this file
-        self._wait_healthy(name, new_pid, snap, stopped_at + timeout)
+        deadline = stopped_at + timeout
+        delay = 0.05
+        while True:
+            new_pid = snap.start()
+            pid_file = self.dir / "pids" / f"{name}.pid"
+            tmp = pid_file.with_name(f".{pid_file.name}.tmp")
+            tmp.write_text(str(new_pid))
+            tmp.replace(pid_file)  # `cluster down` and kwokctl find the new process by this file
+            try:
+                self._wait_healthy(name, new_pid, snap, deadline)
+                break
+            except _PortBusy:
+                # Another cluster's kwokctl probes free ports by binding them for an instant (and
+                # hands out the highest free ones): try again until the port is ours or time is up.
+                if time.monotonic() + delay >= deadline:
+                    raise ClusterError(f"{name} could not bind its port again after the restart (taken by "
+                                       f"another process: {snap.log_tail()}); fix: `deploy-suite cluster down "
+                                       f"--name {self.name}` and `up` again") from None
+                threading.Event().wait(delay)
+                delay = min(delay * 2, 1.0)
         ready_at = time.monotonic()
         return ComponentRestart(name, pid, new_pid, round(down_at - stopped_at, 3), round(ready_at - stopped_at, 3))
 
@@ -429,6 +443,8 @@ class OfflineCluster:
         while True:
             if not _pid_alive(pid):
                 tail = snap.log_tail()
+                if "address already in use" in tail:
+                    raise _PortBusy(tail)
                 raise ClusterError(f"{name} exited right after its restart (pid {pid}): {tail}; fix: see "
                                    f"{self.dir / 'logs'}")
             if all(probe() for probe in probes):
@@ -486,6 +502,10 @@ class ComponentRestart:
     outage_s: float
 
 
+class _PortBusy(ClusterError):
+    """The restarted process exited because its listening port was taken meanwhile."""
+
+
 @dataclass(frozen=True)
 class _Snapshot:
     """How a process was started, read from /proc before it is stopped."""
@@ -495,8 +515,12 @@ class _Snapshot:
     env: dict[str, str]
     stdout: str | None
     stderr: str | None
+    log_offset: list[int] = field(default_factory=lambda: [0])  # where the latest start's output begins
 
     def start(self) -> int:
+        if self.stdout:
+            with contextlib.suppress(OSError):
+                self.log_offset[0] = Path(self.stdout).stat().st_size
         with contextlib.ExitStack() as stack:
             out = stack.enter_context(open(self.stdout, "ab")) if self.stdout else subprocess.DEVNULL
             err: Any = out
@@ -534,7 +558,10 @@ class _Snapshot:
         if not self.stdout:
             return "no log"
         try:
-            return " | ".join(Path(self.stdout).read_text(errors="replace").strip().splitlines()[-3:])
+            with Path(self.stdout).open("rb") as fh:
+                fh.seek(self.log_offset[0])
+                text = fh.read().decode(errors="replace")
+            return " | ".join(text.strip().splitlines()[-3:])
         except OSError:
             return "no log"
 
