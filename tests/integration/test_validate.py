@@ -681,7 +681,8 @@ def test_gpu_taint_toleration_is_added_to_gpu_components_only(
     assert patched == doc == yaml.safe_load(staged.source.read_text())
 
     [toleration_patch] = [p for p in report.patches if p.file == staged.rel(staged.deploy)]
-    assert WORKER in toleration_patch.change and GPU_TAINT_KEY in toleration_patch.change and "NoSchedule" in toleration_patch.change
+    change = toleration_patch.change
+    assert WORKER in change and GPU_TAINT_KEY in change and "NoSchedule" in change
     assert GPU_TAINT_KEY in toleration_patch.reason and cluster.context in toleration_patch.reason
     assert {r["result"] for r in report.evidence["dry_run"]} == {"accepted"}  # the patched copy is accepted
     assert outcome(report) == "sufficient"
