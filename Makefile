@@ -19,7 +19,7 @@ venv: $(VENV)/.installed  ## create the virtual environment with every Python de
 binaries: venv  ## build (first time, many minutes) or reuse the offline cluster's binaries
 	$(VENV)/bin/deploy-suite binaries
 
-test: venv binaries  ## run the project's tests (unit, integration on the offline cluster, end-to-end)
+test: venv binaries lint  ## lint, then the project's tests (unit, integration and end-to-end on the offline cluster)
 	@$(VENV)/bin/pytest tests $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
