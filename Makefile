@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help venv binaries test test-unit lint demo bench clean
+.PHONY: help venv binaries test test-unit lint demo bench figures clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -35,6 +35,11 @@ demo: venv binaries  ## bring up the offline cluster and run the sample experime
 
 bench: venv binaries  ## benchmarks; figures go to the README
 	$(PY) bench/bench_cluster_up.py
+	$(PY) bench/bench_capacity.py
+	$(PY) bench/bench_e2e.py --pairs 5
+
+figures: venv binaries  ## the README's reliability and security figures (one command)
+	$(PY) bench/reliability_security_figures.py
 
 clean:  ## remove the virtual environment and generated reports (not the binary cache)
 	rm -rf $(VENV) reports/*.html reports/*.xml
