@@ -46,6 +46,16 @@ class ReportPlugin:
         self.run = run
         self.config = config
 
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # Our summary (pytest_terminal_summary below) already says how each step ended and why;
+        # pytest's own "short test summary" would repeat a blocker's line (in full when CI is
+        # set), so a deployment run drops it unless the user asked for it with -r.
+        args = [str(a) for a in self.config.invocation_params.args]
+        if not any(a.startswith("-r") for a in args):
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.reportchars = ""
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_report_title(self, report: Any) -> None:
         report.title = f"{self.run.settings.deploy_id} - dynamo-deploy-suite"
