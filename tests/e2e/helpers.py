@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,30 +26,19 @@ import yaml
 from deploy_suite import ledger
 from deploy_suite.kube import Kube
 from fixtures.experiments.make_experiment import SAMPLE_ROOT, Experiment, make_experiment, refresh
+from tests import support
+from tests.support import SECRET as SECRET
+from tests.support import read_ledger as read_ledger
+from tests.support import set_line
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).with_name("data")
-SECRET = "hf-token-secret"
 FAULTS_CM = ("kube-system", "deploy-suite-faults")  # operator_sim.FAULTS_CONFIGMAP
 SAMPLE_SUPPORT = SAMPLE_ROOT / "inputs"
 
 
 def admin_namespace(kube: Kube, prefix: str = "e2e") -> str:
-    """Create a unique namespace and the ``hf-token-secret`` in it, as the cluster admin."""
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET, "namespace": name},
-                 "type": "Opaque", "stringData": {"HF_TOKEN": "e2e-placeholder-not-a-real-token"}}, name)
-    return name
-
-
-def _set_raw(path: Path, key: str, value: str) -> None:
-    """Replace the value of the one ``key:`` line of a YAML file, keeping comments and layout."""
-    text = path.read_text(encoding="utf-8")
-    new, count = re.subn(rf"(?m)^(\s*{re.escape(key)}:\s*).*$", lambda m: f"{m.group(1)}{value}", text)
-    if count != 1:
-        raise ValueError(f"{path.name}: expected one {key!r} line, found {count}")
-    path.write_text(new, encoding="utf-8")
+    return support.admin_namespace(kube, prefix)
 
 
 def write_experiment(
@@ -77,11 +64,11 @@ def write_experiment(
     if dgd is not None:
         (inputs / "user_provided_dgd.yaml").write_text(dgd.read_text(encoding="utf-8"), encoding="utf-8")
     workload = root / "user_workload.yaml"
-    _set_raw(workload, "kube_context", json.dumps(context))
-    _set_raw(workload, "namespace", json.dumps(namespace))
-    _set_raw(workload, "gpu_ceiling", str(gpu_ceiling))
+    set_line(workload, "kube_context", json.dumps(context))
+    set_line(workload, "namespace", json.dumps(namespace))
+    set_line(workload, "gpu_ceiling", str(gpu_ceiling))
     if storage_class is not None:
-        _set_raw(workload, "storage_class", json.dumps(storage_class))
+        set_line(workload, "storage_class", json.dumps(storage_class))
     exp = refresh(root)
     handoff = exp.handoff0
     data: dict[str, Any] = yaml.safe_load(handoff.read_text(encoding="utf-8"))
@@ -103,13 +90,6 @@ def write_experiment(
         data["timeouts"] = dict(timeouts)
     handoff.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return exp
-
-
-def add_timeouts(handoff: Path, timeouts: Mapping[str, float]) -> None:
-    """Add (or extend) the ``timeouts:`` mapping of a handoff file (e.g. one written by stage_candidate)."""
-    data: dict[str, Any] = yaml.safe_load(handoff.read_text(encoding="utf-8"))
-    data["timeouts"] = {**(data.get("timeouts") or {}), **timeouts}
-    handoff.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -135,12 +115,6 @@ class SuiteRun:
     def smoke_artifact(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.deploy_root / "smoke_test_artifact.json").read_text())
         return data
-
-
-def read_ledger(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    ledger.validate(data)
-    return data
 
 
 def run_suite(exp: Experiment, iteration: int, kubeconfig: str | Path, reports_dir: Path, *extra: str,

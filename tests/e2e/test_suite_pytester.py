@@ -17,8 +17,6 @@ import json
 import os
 import re
 import shutil
-import socket
-import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +28,7 @@ import yaml
 
 from deploy_suite import ledger, report
 from fixtures.experiments.make_experiment import Experiment, make_experiment, stage_candidate
+from tests.support import Listener
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = REPO / "pyproject.toml"
@@ -43,35 +42,6 @@ PLUGINS = ("-p", "plugins.options", "-p", "plugins.ledger", "-p", "plugins.repor
 
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-class Listener:
-    """A TCP port that only counts connections: stands in for a Kubernetes API server."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.connections += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,9 +35,12 @@ from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import MANIFESTS, wait_exit
 from fixtures.experiments.make_experiment import Experiment, make_experiment, refresh
+from tests import support
+from tests.support import SECRET as SECRET
+from tests.support import read_ledger as read_ledger
+from tests.support import set_line
 
 REPO = Path(__file__).resolve().parents[2]
-SECRET = "hf-token-secret"
 DGD_NAME = "demo-agg"  # the sample experiment's DGD (iteration 1's candidate keeps the name)
 DOWNLOAD_JOB = "model-download"
 
@@ -47,36 +49,16 @@ DOWNLOAD_JOB = "model-download"
 
 
 def admin_namespace(kube: Kube, prefix: str = "rel") -> str:
-    """A unique namespace with ``hf-token-secret``, as the cluster admin creates them."""
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET, "namespace": name},
-                 "type": "Opaque", "stringData": {"HF_TOKEN": "reliability-placeholder-not-a-real-token"}}, name)
-    return name
-
-
-def _set(path: Path, key: str, value: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    new, count = re.subn(rf"(?m)^(\s*{re.escape(key)}:\s*).*$", lambda m: f"{m.group(1)}{value}", text)
-    if count != 1:
-        raise ValueError(f"{path.name}: expected one {key!r} line, found {count}")
-    path.write_text(new, encoding="utf-8")
+    return support.admin_namespace(kube, prefix)
 
 
 def experiment(dest: Path, context: str, namespace: str) -> Experiment:
     """The sample experiment (aggregated DGD, model-cache and model-download) aimed at ``namespace``."""
     exp = make_experiment(dest)
     workload = exp.exp_root / "user_workload.yaml"
-    _set(workload, "kube_context", json.dumps(context))
-    _set(workload, "namespace", json.dumps(namespace))
+    set_line(workload, "kube_context", json.dumps(context))
+    set_line(workload, "namespace", json.dumps(namespace))
     return refresh(exp.exp_root)
-
-
-def read_ledger(path: Path) -> dict[str, Any]:
-    """A ledger as JSON, validated against the schema (a torn or invalid file fails here)."""
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    ledger.validate(data)
-    return data
 
 
 def outcomes(data: dict[str, Any]) -> dict[str, str]:

@@ -17,15 +17,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import socket
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +33,13 @@ from deploy_suite import ledger
 from deploy_suite.errors import Forbidden
 from deploy_suite.kube import Kube, Obj
 from fixtures.experiments.make_experiment import Experiment, make_experiment, refresh
+from tests import support
+from tests.support import SECRET as SECRET
+from tests.support import Listener as Listener
+from tests.support import add_timeouts
+from tests.support import set_line as set_line
 
 REPO = Path(__file__).resolve().parents[2]
-SECRET = "hf-token-secret"
 USER_AGENT_ENV = "DEPLOY_SUITE_USER_AGENT"  # fixtures/run.py
 MUTATING_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 # Figures of bench/security_figures.py: tests append one JSON line per measurement to this file.
@@ -66,21 +68,7 @@ def record_figure(kind: str, **values: Any) -> None:
 
 
 def admin_namespace(kube: Kube, secret_value: str, prefix: str = "sec") -> str:
-    """A unique namespace with ``hf-token-secret`` = ``secret_value`` (the harness never creates either)."""
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET, "namespace": name},
-                 "type": "Opaque", "stringData": {"HF_TOKEN": secret_value}}, name)
-    return name
-
-
-def set_line(path: Path, key: str, value: str) -> None:
-    """Replace the value of the one ``key:`` line of a YAML file, keeping comments and layout."""
-    text = path.read_text(encoding="utf-8")
-    new, count = re.subn(rf"(?m)^(\s*{re.escape(key)}:\s*).*$", lambda m: f"{m.group(1)}{value}", text)
-    if count != 1:
-        raise ValueError(f"{path.name}: expected one {key!r} line, found {count}")
-    path.write_text(new, encoding="utf-8")
+    return support.admin_namespace(kube, prefix, secret_value)
 
 
 def write_experiment(dest: Path, *, context: str, namespace: str,
@@ -94,12 +82,6 @@ def write_experiment(dest: Path, *, context: str, namespace: str,
     if timeouts:
         add_timeouts(exp.handoff0, timeouts)
     return exp
-
-
-def add_timeouts(handoff: Path, timeouts: Mapping[str, float]) -> None:
-    data: dict[str, Any] = yaml.safe_load(handoff.read_text(encoding="utf-8"))
-    data["timeouts"] = {**(data.get("timeouts") or {}), **timeouts}
-    handoff.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
 # ------------------------------------------------------------------ the suite as a user runs it
@@ -208,37 +190,6 @@ def describe(event: Obj) -> str:
 
 
 # ------------------------------------------------------------------ a decoy API server
-
-
-@dataclass
-class Listener:
-    """A 127.0.0.1 TCP port that counts connections and closes them: a decoy API server."""
-
-    sock: socket.socket = field(default_factory=lambda: socket.create_server(("127.0.0.1", 0)))
-    connections: int = 0
-
-    def __post_init__(self) -> None:
-        self.sock.settimeout(0.2)
-        self.port: int = self.sock.getsockname()[1]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True, name="decoy-listener")
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.connections += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
 
 
 def decoy_kubeconfig(path: Path, real_kubeconfig: str | Path, real_context: str, decoy_port: int) -> Path:
