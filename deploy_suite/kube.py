@@ -261,7 +261,11 @@ class Kube:
             raise ApiException(status=resp.status, reason=resp.reason, body=resp.read().decode("utf-8", "replace"))
         if stream:
             return resp.response
-        data = resp.read()
+        try:
+            data = resp.read()
+        except BaseException:
+            resp.response.close()  # broken mid-read (apiserver restart): never back to the pool
+            raise
         return json.loads(data) if data else {}
 
     def _call(self, kind: str, args: list[str], what: str, fn: Callable[[], Any]) -> Any:
