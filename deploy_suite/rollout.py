@@ -30,18 +30,6 @@ def _quiet(_m: str) -> None:
     return None
 
 
-@dataclass(frozen=True)
-class Timeouts:
-    """Bounds in seconds; defaults are the spec's."""
-
-    retire_dgd: float = 600.0
-    retire_pods: float = 600.0
-    download_job: float = 6000.0
-    validate_job: float = 3600.0
-    pvc_bound: float = 600.0
-    readiness: float = 1800.0
-
-
 class StepFailure(PermanentError):
     """A step cannot succeed; carries what the ledger needs."""
 
@@ -68,10 +56,11 @@ class RetireResult:
         return dict(self.__dict__)
 
 
-def retire_previous(kube: Kube, namespace: str, dgd_name: str, timeouts: Timeouts,
+def retire_previous(kube: Kube, namespace: str, dgd_name: str, timeout: float,
                     on_progress: Progress = _quiet) -> RetireResult:
-    """Delete only the previous DGD, by exact name, then wait for it and its pods to be gone.
-    PVCs, Jobs, namespaces and secrets are kept."""
+    """Delete only the previous DGD, by exact name, then wait for it and its pods to be gone
+    (``timeout`` bounds each wait, as the spec's two 10-minute waits). PVCs, Jobs, namespaces and
+    secrets are kept."""
     existed = kube.delete(DGD, dgd_name, namespace)
     result = RetireResult(dgd_name, namespace, kube.context, clock.iso_now(), existed)
 
@@ -80,7 +69,7 @@ def retire_previous(kube: Kube, namespace: str, dgd_name: str, timeouts: Timeout
         return obj is None, "deleted" if obj is None else \
             f"dgd/{dgd_name} still present (deletionTimestamp {obj['metadata'].get('deletionTimestamp')})"
 
-    kube.wait_for(DGD, dgd_gone, awaited=f"dgd/{dgd_name} to disappear", timeout=timeouts.retire_dgd,
+    kube.wait_for(DGD, dgd_gone, awaited=f"dgd/{dgd_name} to disappear", timeout=timeout,
                   namespace=namespace, name=dgd_name, on_progress=on_progress)
 
     def pods_gone(objs: dict[str, Obj]) -> tuple[bool, str]:
@@ -88,7 +77,7 @@ def retire_previous(kube: Kube, namespace: str, dgd_name: str, timeouts: Timeout
         return not names, f"{len(names)} pods left: {', '.join(names[:4])}" if names else "no pods left"
 
     kube.wait_for("Pod", pods_gone, awaited=f"pods labelled {DGD_LABEL}={dgd_name} to be deleted",
-                  timeout=timeouts.retire_pods, namespace=namespace, label_selector=f"{DGD_LABEL}={dgd_name}",
+                  timeout=timeout, namespace=namespace, label_selector=f"{DGD_LABEL}={dgd_name}",
                   on_progress=on_progress)
     result.pods_gone_at = clock.iso_now()
     return result

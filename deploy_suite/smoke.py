@@ -14,7 +14,6 @@ always stopped. ``smoke_test_artifact.json`` holds ``api_request``, ``api_respon
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 from collections.abc import Callable
@@ -27,6 +26,7 @@ import httpx
 from deploy_suite import clock
 from deploy_suite.errors import SuiteError, WaitTimeout
 from deploy_suite.kube import Kube, Obj, PortForward
+from deploy_suite.ledger import atomic_write_text
 
 DEFAULT_PROMPT = "Simply output the phrase: NVIDIA Dynamo"
 DIRECT_HEADER = "x-dynamo-worker-instance-id"
@@ -121,12 +121,7 @@ def _is_ready(pod: Obj) -> bool:
 
 def _write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as fh:
-        json.dump(data, fh, indent=2)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 class _Forward:

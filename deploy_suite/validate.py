@@ -25,6 +25,7 @@ from deploy_suite import clock
 from deploy_suite.dgd import KNOBS, Dgd, Taint, parse_dgd, unknown_knobs
 from deploy_suite.errors import Forbidden, InputError, KubeError, NotFound
 from deploy_suite.kube import Kube, Obj
+from deploy_suite.ledger import atomic_write_text
 
 DGD_CRD = "dynamographdeployments.nvidia.com"
 GPU_TAINT_KEY = "nvidia.com/gpu"
@@ -97,14 +98,14 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _walk(obj: Any) -> Iterator[tuple[str, Any]]:
+def walk(obj: Any) -> Iterator[tuple[str, Any]]:
     if isinstance(obj, dict):
         for k, v in obj.items():
             yield k, v
-            yield from _walk(v)
+            yield from walk(v)
     elif isinstance(obj, list):
         for v in obj:
-            yield from _walk(v)
+            yield from walk(v)
 
 
 def referenced_secrets(docs: list[Obj]) -> set[str]:
@@ -114,7 +115,7 @@ def referenced_secrets(docs: list[Obj]) -> set[str]:
     for doc in docs:
         if doc.get("kind") == "Secret":
             continue
-        for key, value in _walk(doc):
+        for key, value in walk(doc):
             if key in {"secretKeyRef", "secretRef"} and isinstance(value, dict) and value.get("name"):
                 names.add(str(value["name"]))
             elif key == "envFromSecret" and isinstance(value, str) and value:
@@ -129,7 +130,7 @@ def referenced_secrets(docs: list[Obj]) -> set[str]:
 def referenced_claims(docs: list[Obj], dgd: Dgd) -> set[str]:
     claims = {c for comp in dgd.components for c in comp.pvc_claims}
     for doc in docs:
-        for key, value in _walk(doc):
+        for key, value in walk(doc):
             if key == "persistentVolumeClaim" and isinstance(value, dict) and value.get("claimName"):
                 claims.add(str(value["claimName"]))
     return claims
@@ -143,9 +144,7 @@ def _load_docs(path: Path, display: str) -> list[Obj]:
 
 
 def _dump_docs(path: Path, docs: list[Obj]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-    tmp.replace(path)
+    atomic_write_text(path, yaml.safe_dump_all(docs, sort_keys=False))
 
 
 def _image_tag(image: str) -> str:
@@ -390,7 +389,7 @@ class Validator:
         self.ev["pvcs"] = state
 
     def check_images(self, docs: dict[str, list[Obj]]) -> None:
-        images = sorted({str(v) for ds in docs.values() for d in ds for k, v in _walk(d)
+        images = sorted({str(v) for ds in docs.values() for d in ds for k, v in walk(d)
                          if k == "image" and isinstance(v, str)})
         bad = [i for i in images if _PLACEHOLDER_TAG.search(_image_tag(i)) or "${" in i]
         for image in bad:

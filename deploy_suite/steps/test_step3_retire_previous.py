@@ -20,9 +20,7 @@ def test_step3_retire_previous(run: RunState, kube: Kube) -> None:
     # The previous iteration's own context, as the spec writes it (PREVIOUS_KUBE_CONTEXT).
     prev_kube = kube if prev.kube_context == kube.context else Kube(
         prev.kube_context, run.settings.kubeconfig, on_command=run.record_command)
-    t = run.settings.timeouts
-    result = rollout.retire_previous(prev_kube, prev.namespace, prev.dgd_name,
-                                     rollout.Timeouts(retire_dgd=t.retire_s, retire_pods=t.retire_s),
+    result = rollout.retire_previous(prev_kube, prev.namespace, prev.dgd_name, run.settings.timeouts.retire_s,
                                      on_progress=run.progress)
     ledger.write_torn_down_at(prev.ledger_path, result.deleted_at)
     run.ledger.set_section("retired_previous", {**result.as_dict(), "ledger": run.rel(prev.ledger_path)})

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy_suite import experiment, rollout
+from deploy_suite import rollout
 from deploy_suite.errors import WaitTimeout
 from deploy_suite.kube import Kube
 from deploy_suite.runstate import RunState
@@ -14,9 +14,6 @@ from deploy_suite.runstate import RunState
 
 def test_step4_support_manifests(run: RunState, kube: Kube, namespace: str, manifests: dict[str, Path]) -> None:
     """Apply support manifests in order; Jobs named from metadata.name; PVCs reach Bound."""
-    change = experiment.update_manifest_context(run.exp_root, kube.context)
-    if change is not None:
-        run.add_evidence(manifest_context_update=change)
     order = rollout.applied_support_order(manifests)
     if not order:
         pytest.skip("no support manifests handed over")

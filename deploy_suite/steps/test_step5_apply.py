@@ -17,7 +17,6 @@ def test_step5_apply(run: RunState, kube: Kube, namespace: str, manifests: dict[
     if budget is not None and spent >= budget:
         run.block("budget", f"failed-deploy budget exhausted: {spent} failed attempts recorded, "
                   f"budgets.max_failed_deploys is {budget:g}", "ask the user for more budget or stop the experiment")
-    experiment.update_manifest_context(run.exp_root, kube.context)
     dgd = load_dgd(manifests["deploy"])
     applied = rollout.apply_deploy(kube, namespace, manifests["deploy"], run.rel(manifests["deploy"]))
     run.ledger.set_section("gpus_requested", dgd.total_gpus())

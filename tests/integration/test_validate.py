@@ -30,7 +30,7 @@ from deploy_suite.errors import Forbidden
 from deploy_suite.kube import CommandRecord, Kube, Obj
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
-from deploy_suite.validate import DGD_CRD, GPU_TAINT_KEY, ValidationInputs, ValidationReport, validate
+from deploy_suite.validate import DGD_CRD, GPU_TAINT_KEY, ValidationInputs, ValidationReport, validate, walk
 from fixtures.cluster import ClusterPool
 from fixtures.identities import Identity
 
@@ -187,16 +187,6 @@ def temp_namespace(kube: Kube) -> Iterator[str]:
         yield name
     finally:
         kube.delete("Namespace", name)
-
-
-def walk(obj: Any) -> Iterator[tuple[str, Any]]:
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield k, v
-            yield from walk(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from walk(v)
 
 
 # ------------------------------------------------------------------ the audit log
