@@ -1,23 +1,90 @@
-"""All time goes through here, so tests can fake the clock (the idea of pytest's ``timing``)."""
+"""All time goes through here, so tests can fake the clock (the idea of pytest's ``timing``).
+
+Library code calls the module functions (``now``, ``iso_now``, ``monotonic``, ``sleep``,
+``wait_event``); they delegate to the installed :class:`Clock`. Unit tests install a
+:class:`FakeClock` (``tests/support/clock.py`` has the fixture) so that waits, deadlines and
+durations run instantly and deterministically.
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
+import threading
 import time as _time
 
 
+class Clock:
+    """The real clock."""
+
+    def now(self) -> _dt.datetime:
+        return _dt.datetime.now(_dt.UTC)
+
+    def monotonic(self) -> float:
+        return _time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        _time.sleep(max(0.0, seconds))
+
+    def wait_event(self, event: threading.Event, seconds: float) -> bool:
+        """Wait up to ``seconds`` for ``event``; True when it was set (an interruptible sleep)."""
+        return event.wait(max(0.0, seconds))
+
+
+class FakeClock(Clock):
+    """A clock that only moves when told to: ``sleep`` and timed-out waits advance it at once."""
+
+    def __init__(self, start: _dt.datetime | None = None) -> None:
+        self._wall = start or _dt.datetime(2026, 1, 1, tzinfo=_dt.UTC)
+        self._mono = 1000.0
+        self.slept: list[float] = []
+
+    def advance(self, seconds: float) -> None:
+        self._mono += seconds
+        self._wall += _dt.timedelta(seconds=seconds)
+
+    def now(self) -> _dt.datetime:
+        return self._wall
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.advance(max(0.0, seconds))
+
+    def wait_event(self, event: threading.Event, seconds: float) -> bool:
+        if event.is_set():
+            return True
+        self.sleep(seconds)
+        return event.is_set()
+
+
+_current: Clock = Clock()
+
+
+def install(clock: Clock) -> Clock:
+    """Make ``clock`` the clock of every caller; returns the one it replaces (to restore it)."""
+    global _current
+    previous, _current = _current, clock
+    return previous
+
+
 def monotonic() -> float:
-    return _time.monotonic()
+    return _current.monotonic()
 
 
 def now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.UTC)
+    return _current.now()
+
+
+def sleep(seconds: float) -> None:
+    _current.sleep(seconds)
+
+
+def wait_event(event: threading.Event, seconds: float) -> bool:
+    return _current.wait_event(event, seconds)
 
 
 def iso_now() -> str:
     """UTC timestamp as written into ledgers: second precision, trailing Z."""
     return now().replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def parse_iso(value: str) -> _dt.datetime:
-    return _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))

@@ -1,14 +1,31 @@
-"""One error tree for the whole suite.
+"""One error tree for the whole suite: every exception the project raises on purpose is here.
 
 Foreign exceptions (the Kubernetes client, YAML, OS) are translated into these in one place each
-(``deploy_suite.kube`` for the API, the input readers for files), with the cause chained, so that
-callers and the ledger deal with a handful of meaningful types. The split between
-``TemporaryError`` and ``PermanentError`` says whether waiting can help (the idea of kopf's
-errors): the wait loop and the pending-pod triage obey it.
+(``deploy_suite.kube`` for the API, ``deploy_suite.yamlio`` for files), with the cause chained, so
+that callers and the ledger deal with a handful of meaningful types::
+
+    SuiteError                      .temporary: may waiting or retrying help?
+    +-- InputError                  bad user input: one line naming the input and the fix
+    |   +-- DeploymentLocked        another run of this iteration holds the directory
+    +-- StepBlocked                 a prerequisite is missing: ledger "blocked", later steps skip
+    +-- StepFailure                 an attempt failed: ledger "failed", with category and evidence
+    +-- KubeError                   an API answer we did not expect (HTTP status)
+    |   +-- NotFound, Forbidden, Conflict, Invalid
+    |   +-- Unavailable             no answer, 5xx, dropped connection (temporary)
+    +-- WaitTimeout                 a bounded wait ran out
+    +-- LedgerError                 the ledger could not be written
+    |   +-- SecretLeak
+    +-- ClusterError                the offline cluster could not be built or run
+    +-- ReconcileError              the offline operator replica rejects a DGD
+
+``temporary`` is the one property the wait loop obeys (the idea of kopf's temporary and
+permanent errors): a temporary error is retried with backoff within the wait's deadline, any
+other error stops the wait at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +41,9 @@ def cut(text: str, limit: int = MAX_BODY_CHARS) -> str:
 class SuiteError(Exception):
     """Base of every error the suite raises on purpose."""
 
+    # Whether retrying the same request or waiting longer can help (see the module docstring).
+    temporary: bool = False
+
 
 class InputError(SuiteError):
     """Bad user input: one line naming the input and the fix. Never touches a cluster."""
@@ -35,15 +55,33 @@ class InputError(SuiteError):
         super().__init__(f"{input_name}: {problem}; fix: {fix}")
 
 
-class PermanentError(SuiteError):
-    """Waiting will not help (a manifest that can never schedule, a failed Job)."""
+class DeploymentLocked(InputError):
+    """Another run of the same iteration holds the deployment directory's lock."""
 
 
-class TemporaryError(SuiteError):
-    """Waiting may help (capacity contention); ``delay`` suggests the next check in seconds."""
+class StepBlocked(SuiteError):
+    """A prerequisite is missing; the ledger status becomes ``blocked`` (nothing was attempted that
+    failed) and every later step is skipped."""
 
-    def __init__(self, message: str, delay: float = 10.0) -> None:
-        self.delay = delay
+    def __init__(self, cls: str, message: str, fix: str) -> None:
+        self.cls = cls
+        self.message = message
+        self.fix = fix
+        super().__init__(f"{message}; fix: {fix}")
+
+
+class StepFailure(SuiteError):
+    """A step cannot succeed. ``category`` names why (``crash``, ``job-failed``, ...);
+    ``failed_attempt`` says whether it counts against the failed-deploy budget; ``result`` is the
+    step's typed result as far as it got, recorded in the ledger before the step fails."""
+
+    def __init__(self, message: str, category: str = "failed", evidence: Sequence[str] = (),
+                 failed_attempt: bool = False, log_excerpt: str = "", result: object | None = None) -> None:
+        self.category = category
+        self.evidence = list(evidence)
+        self.failed_attempt = failed_attempt
+        self.log_excerpt = log_excerpt
+        self.result = result
         super().__init__(message)
 
 
@@ -76,9 +114,23 @@ class Invalid(KubeError):
 class Unavailable(KubeError):
     """No answer, 5xx or a dropped connection: retrying or resuming a watch can help."""
 
+    temporary = True
+
+
+class LedgerError(SuiteError):
+    """The ledger could not be written: invalid shape, or it would contain a secret."""
+
+
+class SecretLeak(LedgerError):
+    """Refused to write: a value looks like secret material (the message never repeats it)."""
+
 
 class ClusterError(SuiteError):
     """The offline cluster could not be built, started, stopped or inspected."""
+
+
+class ReconcileError(SuiteError):
+    """What the real operator would return from Reconcile (offline replica): reported as state failed."""
 
 
 @dataclass

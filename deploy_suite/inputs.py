@@ -25,12 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from deploy_suite import dgd as dgd_mod
 from deploy_suite import ledger as ledger_mod
-from deploy_suite.errors import InputError
+from deploy_suite.errors import DeploymentLocked, InputError, LedgerError
 from deploy_suite.settings import Settings, SupportInput, deploy_id
+from deploy_suite.yamlio import load_yaml_documents
 
 WORKLOAD_FIX = "ask user-interviewer for a corrected user_workload.yaml (frozen after handoff: a new EXP_ROOT)"
 STABLE_NAMES = {
@@ -227,101 +226,6 @@ def _check_sha(real: Path, expected: str, input_name: str, fix: str) -> str:
     if actual != expected:
         raise InputError(input_name, f"SHA-256 is {actual}, the handoff says {expected}", fix)
     return actual
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys (PyYAML silently keeps the last one)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        self.flatten_mapping(node)
-        seen: set[Any] = set()
-        for key_node, _value in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, list | dict):
-                continue  # unhashable keys are rejected by the base constructor itself
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-# Bounds on a handed-off YAML file, checked before it is parsed or walked: manifests and handoffs
-# are a few KB and a few levels deep. A 50 MB file, 10,000-deep nesting (PyYAML's composer
-# recurses: RecursionError) or an alias bomb (a few lines that expand to billions of nodes when a
-# later check walks them) is refused in bounded time and memory instead.
-MAX_YAML_BYTES = 1 << 20
-MAX_YAML_DEPTH = 64
-MAX_YAML_NODES = 100_000  # counted with every alias expanded
-
-
-def _expanded_size(node: yaml.Node, memo: dict[int, int], limit: int) -> int:
-    """Nodes of the tree once every alias is expanded (shared subtrees counted once each time used)."""
-    known = memo.get(id(node))
-    if known is not None:
-        return known
-    size = 1
-    if isinstance(node, yaml.SequenceNode):
-        for child in node.value:
-            size += _expanded_size(child, memo, limit)
-            if size > limit:
-                break
-    elif isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            size += _expanded_size(key, memo, limit) + _expanded_size(value, memo, limit)
-            if size > limit:
-                break
-    memo[id(node)] = size
-    return size
-
-
-def load_yaml_text(text: str, input_name: str, fix: str) -> list[Any]:
-    """All documents of YAML text, with duplicate keys, deep nesting and alias bombs refused."""
-    try:
-        depth = 0
-        for event in yaml.parse(text, Loader=_StrictLoader):  # event stream: iterative, O(1) memory
-            if isinstance(event, yaml.CollectionStartEvent):
-                depth += 1
-                if depth > MAX_YAML_DEPTH:
-                    mark = event.start_mark
-                    where = f" (at line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-                    raise InputError(input_name, f"YAML nested deeper than {MAX_YAML_DEPTH} levels{where}", fix)
-            elif isinstance(event, yaml.CollectionEndEvent):
-                depth -= 1
-        loader = _StrictLoader(text)  # _StrictLoader is a SafeLoader
-        try:
-            documents: list[Any] = []
-            while loader.check_node():
-                node = loader.get_node()
-                if node is not None and _expanded_size(node, {}, MAX_YAML_NODES) > MAX_YAML_NODES:
-                    raise InputError(input_name, f"YAML document {len(documents) + 1} expands to more than "
-                                     f"{MAX_YAML_NODES} nodes through its aliases (an alias bomb?)", fix)
-                documents.append(loader.construct_document(node))
-            return documents
-        finally:
-            loader.dispose()
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(input_name, f"YAML syntax error{where}: {problem}", fix) from exc
-
-
-def load_yaml_documents(real: Path, input_name: str, fix: str) -> list[Any]:
-    """All documents of a YAML file; a syntax error becomes one line with line and column."""
-    try:
-        size = real.stat().st_size
-    except OSError as exc:
-        raise InputError(input_name, f"cannot be read ({exc.strerror})", "check the file permissions") from exc
-    if size > MAX_YAML_BYTES:
-        raise InputError(input_name, f"is {size} bytes, more than the {MAX_YAML_BYTES} a handed-off YAML file may "
-                         "have", fix)
-    try:
-        text = real.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(input_name, "is not UTF-8 text", fix) from exc
-    return load_yaml_text(text, input_name, fix)
 
 
 # --- user_workload.yaml ----------------------------------------------------------------------
@@ -660,7 +564,7 @@ def read_previous(prev_root: Path, exp_root: Path, iteration: int) -> PreviousDe
                          f"pass the deployment root of iteration {iteration - 1}, which holds its ledger")
     try:
         data = ledger_mod.read(ledger_path)
-    except (ledger_mod.LedgerError, OSError) as exc:
+    except (LedgerError, OSError) as exc:
         raise InputError(f"{name} ledger", str(exc), "pass a deployment root whose ledger this suite wrote") from exc
     values: dict[str, str] = {}
     for key in ("dgd_name", "kube_context", "namespace"):
@@ -699,10 +603,6 @@ def _copy_atomically(source: Path, dest: Path) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-
-
-class DeploymentLocked(InputError):
-    """Another live run holds this iteration's deployment directory: refused before any write."""
 
 
 # Deployment directories this process holds, realpath -> the descriptor carrying the flock. The
@@ -763,7 +663,7 @@ def existing_candidate(deploy_root: Path, dgd_sha256: str) -> tuple[bool, Mappin
     if ledger_path.is_file():
         try:
             data = ledger_mod.read(ledger_path)
-        except (ledger_mod.LedgerError, OSError):
+        except (LedgerError, OSError):
             return False, None
         source = data.get("source_dgd")
         return isinstance(source, dict) and source.get("sha256") == dgd_sha256, data

@@ -49,7 +49,6 @@ from deploy_suite.errors import (
     Invalid,
     KubeError,
     NotFound,
-    PermanentError,
     Unavailable,
     WaitTimeout,
     cut,
@@ -181,7 +180,7 @@ class WaitState:
 
 
 # A predicate looks at the watched objects and says (done, one-line description of the state).
-# It may raise PermanentError to stop waiting at once (a failed Job, an unschedulable pod).
+# It may raise (StepFailure) to stop waiting at once (a failed Job, an unschedulable pod).
 Predicate = Callable[[dict[str, Obj]], tuple[bool, str]]
 
 
@@ -547,8 +546,6 @@ class Kube:
                     if clock.monotonic() >= deadline:
                         break
                 backoff = 0.05
-            except PermanentError:
-                raise
             except ApiException as exc:
                 if exc.status == 410:
                     version = None

@@ -33,21 +33,13 @@ from typing import Any, Protocol
 import jsonschema
 
 from deploy_suite import __version__, clock
-from deploy_suite.errors import SuiteError
+from deploy_suite.errors import LedgerError, SecretLeak
 
 SCHEMA_VERSION = 1
 LEDGER_NAME = "deployment_ledger.json"
 STATUSES = ("in_progress", "ready", "blocked", "failed")
 OUTCOMES = ("passed", "failed", "blocked", "skipped", "not_run")
 COMMAND_KINDS = ("read", "mutate", "dry-run", "watch")
-
-
-class LedgerError(SuiteError):
-    """The ledger could not be written: invalid shape, or it would contain a secret."""
-
-
-class SecretLeak(LedgerError):
-    """Refused to write: a value looks like secret material (the message never repeats it)."""
 
 
 class CommandLike(Protocol):

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import quote
 
 from deploy_suite import ledger as ledger_mod
+from deploy_suite.errors import LedgerError
 
 _STATUS_COLOUR = {"ready": "#1a7f37", "in_progress": "#9a6700", "blocked": "#cf222e", "failed": "#cf222e"}
 _OUTCOME_COLOUR = {"passed": "#1a7f37", "failed": "#cf222e", "blocked": "#cf222e", "skipped": "#9a6700",
@@ -763,12 +764,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         data = ledger_mod.read(args.ledger)
-    except (OSError, ledger_mod.LedgerError) as exc:
+    except (OSError, LedgerError) as exc:
         print(f"deploy-suite report: error: {exc}", file=sys.stderr)
         return 2
     try:
         ledger_mod.validate(data)
-    except ledger_mod.LedgerError as exc:
+    except LedgerError as exc:
         # Still render: an old or hand-edited ledger is exactly what one wants to look at.
         print(f"deploy-suite report: warning: {exc}", file=sys.stderr)
     if args.output == "-":

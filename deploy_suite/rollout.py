@@ -19,7 +19,7 @@ import yaml
 
 from deploy_suite import clock, triage
 from deploy_suite.dgd import Dgd, pod_gpus
-from deploy_suite.errors import Forbidden, KubeError, PermanentError, WaitTimeout
+from deploy_suite.errors import Forbidden, KubeError, StepFailure, WaitTimeout
 from deploy_suite.kube import DGD, Kube, Obj, WatchSpec
 
 Progress = Callable[[str], None]
@@ -28,18 +28,6 @@ DGD_LABEL = "nvidia.com/dynamo-graph-deployment-name"
 
 def _quiet(_m: str) -> None:
     return None
-
-
-class StepFailure(PermanentError):
-    """A step cannot succeed; carries what the ledger needs."""
-
-    def __init__(self, message: str, category: str = "failed", evidence: Sequence[str] = (),
-                 failed_attempt: bool = False, log_excerpt: str = "") -> None:
-        self.category = category
-        self.evidence = list(evidence)
-        self.failed_attempt = failed_attempt
-        self.log_excerpt = log_excerpt
-        super().__init__(message)
 
 
 # ---------------------------------------------------------------------------- step 3
@@ -186,7 +174,7 @@ def run_job(kube: Kube, namespace: str, job: str, kind: str, timeout: float, log
                      completed_at=clock.iso_now())
 
 
-class _JobFailed(PermanentError):
+class _JobFailed(StepFailure):
     pass
 
 

@@ -22,9 +22,8 @@ from typing import Any, NoReturn
 
 from deploy_suite import clock
 from deploy_suite import ledger as ledger_mod
-from deploy_suite.errors import InputError, SuiteError
+from deploy_suite.errors import DeploymentLocked, InputError, StepBlocked
 from deploy_suite.inputs import (
-    DeploymentLocked,
     Prepared,
     PreviousDeployment,
     Workload,
@@ -64,19 +63,6 @@ _RANK = {"not_run": 0, "skipped": 1, "passed": 2, "failed": 3, "blocked": 4}
 
 def step_for_module(filename: str) -> StepSpec | None:
     return _BY_MODULE.get(os.path.basename(filename))
-
-
-class StepBlocked(SuiteError):
-    """Raised by ``RunState.block``: a prerequisite is missing; later steps are skipped.
-
-    The ledger status becomes ``blocked`` (not ``failed``: nothing was attempted that failed).
-    """
-
-    def __init__(self, cls: str, message: str, fix: str) -> None:
-        self.cls = cls
-        self.message = message
-        self.fix = fix
-        super().__init__(f"{message}; fix: {fix}")
 
 
 @dataclass

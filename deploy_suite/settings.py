@@ -20,9 +20,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from deploy_suite.errors import InputError
+from deploy_suite.yamlio import MAX_YAML_BYTES, load_yaml_text
 
 PROVENANCES = ("user-interviewer", "hypothesis-challenger")
 SUPPORT_TYPES = ("model-cache", "model-download", "model-validate")
@@ -139,10 +138,6 @@ def option_for(key: str) -> str:
 
 def load_handoff(path: Path) -> dict[str, Any]:
     """Read a handoff file: one YAML mapping whose keys are the option names (dashes or underscores)."""
-    # The same bounded loader as every handed-off YAML file (size, depth, aliases, duplicate keys);
-    # imported here because deploy_suite.inputs imports this module.
-    from deploy_suite.inputs import MAX_YAML_BYTES, load_yaml_text  # noqa: PLC0415
-
     name = f"--handoff {path}"
     try:
         if path.stat().st_size > MAX_YAML_BYTES:
@@ -168,13 +163,6 @@ def load_handoff(path: Path) -> dict[str, Any]:
             )
         data["iteration" if key == "iter" else key] = value
     return data
-
-
-def _yaml_where(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return f"{where}: {problem}" if problem else where
 
 
 def build_settings(

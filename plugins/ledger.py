@@ -28,9 +28,8 @@ import pytest
 from pytest_html import extras
 
 from deploy_suite import clock
-from deploy_suite.errors import InputError, cut
-from deploy_suite.ledger import LedgerError
-from deploy_suite.runstate import STEP_NAMES, RunState, StepBlocked, step_for_module
+from deploy_suite.errors import InputError, LedgerError, StepBlocked, cut
+from deploy_suite.runstate import STEP_NAMES, RunState, step_for_module
 from plugins.options import SETTINGS_KEY
 
 RUN_KEY = pytest.StashKey[RunState]()

@@ -56,7 +56,7 @@ from deploy_suite.dgd import (
     parse_dgd,
     split_args,
 )
-from deploy_suite.errors import InputError, KubeError, NotFound, SuiteError
+from deploy_suite.errors import InputError, KubeError, NotFound, ReconcileError, SuiteError
 from deploy_suite.kube import Kube, Obj, Resource
 from deploy_suite.offline import dynamo_runtime
 from deploy_suite.offline.faults import cri_log, logs_object, port_forward_object
@@ -80,10 +80,6 @@ NOT_READY_REASON = "some_resources_are_not_ready"
 FAILED_REASON = "failed_to_reconcile_the_resources"
 
 Log = Callable[[str], None]
-
-
-class ReconcileError(SuiteError):
-    """What the real operator would return from Reconcile: reported as state failed."""
 
 
 def child_name(dgd_name: str, component: str) -> str:

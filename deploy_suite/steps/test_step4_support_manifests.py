@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from deploy_suite import rollout
-from deploy_suite.errors import WaitTimeout
+from deploy_suite.errors import StepFailure, WaitTimeout
 from deploy_suite.kube import Kube
 from deploy_suite.runstate import RunState
 
@@ -30,7 +30,7 @@ def test_step4_support_manifests(run: RunState, kube: Kube, namespace: str, mani
             rollout.wait_pvcs_bound(kube, namespace, rollout.immediate_claims(kube, namespace, new_claims),
                                     t.pvc_bound_s, on_progress=run.progress)
         except WaitTimeout as exc:
-            raise rollout.StepFailure(f"model-cache PVC never bound: {exc}; fix the storage class or "
+            raise StepFailure(f"model-cache PVC never bound: {exc}; fix the storage class or "
                                       "provisioner (a dependency: waiting longer does not help)",
                                       "dependency") from exc
         bound = t.job_download_s if kind != "model-validate" else t.job_validate_s
@@ -38,7 +38,7 @@ def test_step4_support_manifests(run: RunState, kube: Kube, namespace: str, mani
             try:
                 result = rollout.run_job(kube, namespace, job, kind, bound, run.deploy_root / "logs",
                                          on_progress=run.progress)
-            except rollout.StepFailure as exc:
+            except StepFailure as exc:
                 run.ledger.add_diagnostic({"step": "step4_support_manifests", "job": job, "message": str(exc),
                                            "log_excerpt": exc.log_excerpt[-2000:],
                                            "log_file": run.rel(run.deploy_root / "logs" / f"job-{job}.log")})

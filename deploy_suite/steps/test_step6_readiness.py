@@ -6,6 +6,7 @@ from pathlib import Path
 
 from deploy_suite import clock, rollout
 from deploy_suite.dgd import load_dgd
+from deploy_suite.errors import StepFailure
 from deploy_suite.kube import DGD, Kube
 from deploy_suite.runstate import RunState
 
@@ -24,7 +25,7 @@ def test_step6_readiness(run: RunState, kube: Kube, namespace: str, manifests: d
             kube, namespace, dgd, run.settings.timeouts.readiness_s,
             frontend_expected=any(c.type == "frontend" for c in dgd.components),
             on_progress=run.progress, on_allocated=allocated)
-    except rollout.StepFailure as exc:
+    except StepFailure as exc:
         run.ledger.set_section("readiness", {"state": exc.category, "diagnosis": str(exc), "evidence": exc.evidence})
         if exc.failed_attempt or exc.category == "crash":
             run.ledger.add_failed_attempt("step6_readiness", exc.category, exc.evidence, str(exc))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from deploy_suite.errors import PermanentError
+from deploy_suite.errors import StepFailure
 from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline import binaries
 from deploy_suite.offline.cluster import OfflineCluster, workdir
@@ -108,7 +108,7 @@ def test_a_job_reaches_complete(cluster_kube: Kube, scratch_namespace: str) -> N
         conds = [c["type"] for c in (objs.get(f"{scratch_namespace}/model-download") or {})
                  .get("status", {}).get("conditions", []) if c.get("status") == "True"]
         if "Failed" in conds:
-            raise PermanentError("job failed")
+            raise StepFailure("job failed")
         return "Complete" in conds, " ".join(conds) or "no condition yet"
 
     state = cluster_kube.wait_for("Job", complete, awaited="job Complete", timeout=60, namespace=scratch_namespace,

@@ -17,8 +17,8 @@ import jsonschema
 import pytest
 
 from deploy_suite import ledger
-from deploy_suite.errors import InputError
-from deploy_suite.runstate import STEP_NAMES, RunState, StepBlocked
+from deploy_suite.errors import InputError, LedgerError, SecretLeak, StepBlocked
+from deploy_suite.runstate import STEP_NAMES, RunState
 from deploy_suite.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,10 +75,10 @@ def test_new_document_is_schema_valid_and_lists_every_step():
     ],
 )
 def test_schema_rejects_malformed_ledgers(change: dict[str, Any], where: str):
-    with pytest.raises(ledger.LedgerError, match="breaks its schema"):
+    with pytest.raises(LedgerError, match="breaks its schema"):
         ledger.validate(document(**change))
     data = document(**change)
-    with pytest.raises(ledger.LedgerError) as info:
+    with pytest.raises(LedgerError) as info:
         ledger.validate(data)
     assert where in str(info.value)
 
@@ -105,12 +105,12 @@ def test_every_record_method_keeps_the_ledger_schema_valid(tmp_path: Path):
 
 def test_command_kind_outside_the_contract_is_refused():
     book = ledger.Ledger(document())
-    with pytest.raises(ledger.LedgerError):
+    with pytest.raises(LedgerError):
         book.record_command(Command("kubectl --context c get x", "exec", "2026-06-01T12:00:00Z", "ok"))
 
 
 def test_unknown_section_is_refused():
-    with pytest.raises(ledger.LedgerError):
+    with pytest.raises(LedgerError):
         ledger.Ledger(document()).set_section("status", "ready")
 
 
@@ -149,7 +149,7 @@ def test_interrupted_write_keeps_the_previous_ledger_intact(tmp_path: Path, monk
 
 def test_invalid_ledger_is_never_written(tmp_path: Path):
     path = tmp_path / ledger.LEDGER_NAME
-    with pytest.raises(ledger.LedgerError):
+    with pytest.raises(LedgerError):
         ledger.write_json(path, document(status="bogus"))
     assert not path.exists()
 
@@ -227,7 +227,7 @@ SECRET_BLOB = "aGZfZmFrZVRva2VuVmFsdWVGb3JUZXN0czEyMzQ1Njc4OTBhYmNkZWZn"
 )
 def test_secret_material_is_refused(tmp_path: Path, value: Any):
     path = tmp_path / ledger.LEDGER_NAME
-    with pytest.raises(ledger.SecretLeak) as info:
+    with pytest.raises(SecretLeak) as info:
         ledger.write_json(path, document(diagnostics=[value]))
     assert "diagnostics/0" in str(info.value)
     assert not path.exists()
@@ -239,7 +239,7 @@ def test_registered_secret_value_is_refused_anywhere(tmp_path: Path):
     book = ledger.Ledger(document(), tmp_path / ledger.LEDGER_NAME)
     book.register_secret("s3cr3t-value")
     book.add_diagnostic({"log": "connecting with password s3cr3t-value"})
-    with pytest.raises(ledger.SecretLeak):
+    with pytest.raises(SecretLeak):
         book.save()
 
 
