@@ -63,10 +63,11 @@ class StepBlocked(SuiteError):
     """A prerequisite is missing; the ledger status becomes ``blocked`` (nothing was attempted that
     failed) and every later step is skipped."""
 
-    def __init__(self, cls: str, message: str, fix: str) -> None:
+    def __init__(self, cls: str, message: str, fix: str, result: object | None = None) -> None:
         self.cls = cls
         self.message = message
         self.fix = fix
+        self.result = result
         super().__init__(f"{message}; fix: {fix}")
 
 

@@ -307,7 +307,11 @@ class Ledger:
         self.data["reapplies"].append({"file": file, "reason": reason, "at": clock.iso_now(), **details})
 
     def add_blocker(self, step: str, cls: str, message: str, fix: str) -> None:
-        self.data["blockers"].append({"step": step, "class": cls, "message": message, "fix": fix})
+        """Idempotent: a result that records its blockers and the plugin that records the blocker
+        a step raised may both add the same one."""
+        entry = {"step": step, "class": cls, "message": message, "fix": fix}
+        if entry not in self.data["blockers"]:
+            self.data["blockers"].append(entry)
 
     def add_limitation(self, limitation: str | Mapping[str, Any]) -> None:
         self.data["limitations"].append(limitation if isinstance(limitation, str) else dict(limitation))

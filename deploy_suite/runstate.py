@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from deploy_suite import clock
 from deploy_suite import ledger as ledger_mod
@@ -65,6 +65,20 @@ def step_for_module(filename: str) -> StepSpec | None:
     return _BY_MODULE.get(os.path.basename(filename))
 
 
+class StepResult(Protocol):
+    """What a step's library function returns (``validate.Preflight``, ``rollout.Readiness``, ...).
+
+    The result knows which ledger sections it fills; ``record`` writes them and returns the step's
+    evidence card. Results stay on :class:`RunState` for later steps (``run.result(Preflight)``):
+    the ledger is the record of a run, never the state passed between steps.
+    """
+
+    def record(self, ledger: ledger_mod.Ledger) -> Mapping[str, Any]: ...
+
+
+R = TypeVar("R", bound=StepResult)
+
+
 @dataclass
 class RunState:
     """State of one run, shared by every step through the session-scoped ``run`` fixture."""
@@ -78,6 +92,8 @@ class RunState:
     # Where live progress lines go (the plugin points it at the terminal); waits call progress().
     progress_sink: Callable[[str], None] | None = None
     last_progress: str = ""
+    # Each step's typed result by its type; see StepResult.
+    results: dict[type, StepResult] = field(default_factory=dict)
 
     @classmethod
     def create(cls, settings: Settings) -> RunState:
@@ -159,6 +175,18 @@ class RunState:
 
     def add_evidence(self, **items: Any) -> None:
         self.evidence.update(items)
+
+    def record(self, result: R) -> R:
+        """Keep a step's typed result for later steps and write its ledger sections and evidence."""
+        self.results[type(result)] = result
+        self.evidence.update(result.record(self.ledger))
+        self.save()
+        return result
+
+    def result(self, kind: type[R]) -> R | None:
+        """An earlier step's result (``None`` when that step did not produce one)."""
+        found = self.results.get(kind)
+        return found if isinstance(found, kind) else None
 
     def block(self, cls: str, message: str, fix: str) -> NoReturn:
         """Record a blocker for the running step and stop it; every later step is skipped."""

@@ -143,6 +143,13 @@ class LedgerPlugin:
     def _judge_failure(self, name: str, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
         excinfo = call.excinfo
         error = excinfo.value if excinfo is not None else None
+        partial = getattr(error, "result", None)
+        if partial is not None and self.run.current == name:
+            # What the step established before it stopped (a failed readiness, a preflight with
+            # blockers) is recorded as if it had passed: reviewers need the evidence most then.
+            self._guarded(self.run.record, partial)
+        if isinstance(error, StepBlocked):
+            self.run.ledger.add_blocker(name, error.cls, error.message, error.fix)
         if isinstance(error, InputError | StepBlocked):
             if isinstance(error, InputError):
                 self._guarded(self.run.refuse_input, name, error)
