@@ -26,19 +26,20 @@ test: venv binaries lint  ## lint, then the project's tests (unit, integration a
 test-unit: venv  ## only the fast unit tests (no cluster)
 	$(VENV)/bin/pytest tests/unit -q $(PYTEST_ARGS)
 
-lint: venv  ## ruff and mypy
+lint: venv  ## ruff, mypy and the layering contracts of .importlinter (lint-imports; import circles included)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 demo: venv binaries  ## bring up the offline cluster and run the sample experiment
 	$(PY) -m fixtures.demo
 
-bench: venv binaries  ## benchmarks; figures go to the README
+bench: venv binaries  ## benchmarks; figures go to docs/performance.md
 	$(PY) bench/bench_cluster_up.py
 	$(PY) bench/bench_capacity.py
 	$(PY) bench/bench_e2e.py --pairs 5
 
-figures: venv binaries  ## the README's reliability and security figures (one command)
+figures: venv binaries  ## the reliability and security figures of docs/reliability.md and docs/security.md
 	$(PY) bench/reliability_security_figures.py
 
 clean:  ## remove the virtual environment and generated reports (not the binary cache)

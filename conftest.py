@@ -1,9 +1,8 @@
-"""Root conftest: makes ``pytest --iter=N`` from the checkout root run the deployment suite.
+"""Root conftest of the checkout; it registers nothing.
 
-It only loads the suite's plugins and fixtures; all behaviour lives in ``plugins/`` (options,
-ledger, report) and ``fixtures/run.py`` (the ``run``, ``settings``, ``kube``, ``namespace`` and
-``manifests`` fixtures), so the same modules can be loaded with ``-p`` elsewhere. Being the root
-conftest also puts the checkout on ``sys.path``, so ``deploy_suite`` imports without installing.
+The suite's plugins (options, ledger, report, the ``run``/``kube``/... fixtures) live in
+``deploy_suite/pytest_plugin/`` and are loaded by the installed package's ``pytest11`` entry point,
+so ``pytest --iter=N`` finds them from any directory. A deployment run loads no ``conftest.py`` at
+all (``deploy_suite.pytest_plugin.options``): nothing put here would reach it. The project's own
+tests keep their shared set-up in ``tests/conftest.py``.
 """
-
-pytest_plugins = ["plugins.options", "plugins.ledger", "plugins.report", "fixtures.run"]

@@ -524,6 +524,7 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"  {k:28s} {json.dumps(v)}  total {sum(v.values())}")
     print("where the harness's wall time goes (median s): " + json.dumps(r.get("harness_breakdown_median_s")))
     print(f"peak RSS of the pytest process {r['peak_rss_mb']} MB (ru_maxrss of its tree {r['tree_maxrss_mb']} MB)")
+    print(f"load average (1 min) at start / end: {r.get('load_average_1m')}; bytecode cache {r.get('bytecode_cache')}")
     print(f"goals: {r['goals']}")
 
 
@@ -537,10 +538,11 @@ def main() -> int:
     parser.add_argument("--keep-env", action="store_true", help="keep PYTHONDONTWRITEBYTECODE for the harness")
     parser.add_argument("--harness-arg", action="append", default=[], metavar="ARG",
                         help="extra pytest argument for the harness runs (repeatable), e.g. "
-                             "--harness-arg=-p --harness-arg=no:hypothesispytest")
+                             "--harness-arg=--timeout-readiness=600")
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args()
     ensure_binaries(lambda _m: None)
+    load_before = os.getloadavg()  # the figures depend on the machine's load: recorded with them
     scratch = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     bench = Bench(args.name, scratch, args.keep_env, args.harness_arg)
     bench.up()
@@ -602,6 +604,9 @@ def main() -> int:
     result = summarise(pairs, reactions, requests, rss, evidence)
     result["harness_breakdown_median_s"] = {k: _med(v) for k, v in breakdown.items()}
     result["command"] = "python bench/bench_e2e.py " + " ".join(sys.argv[1:])
+    result["load_average_1m"] = {"start": round(load_before[0], 2), "end": round(os.getloadavg()[0], 2)}
+    result["bytecode_cache"] = "off (PYTHONDONTWRITEBYTECODE kept)" if args.keep_env and os.environ.get(
+        "PYTHONDONTWRITEBYTECODE") else "on"
     print_table(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

@@ -1,4 +1,4 @@
-"""Faults survived: run the fault scenarios on the offline cluster and print the figures for the README.
+"""Faults survived: run the fault scenarios on the offline cluster and print the figures of docs/reliability.md.
 
     .venv/bin/python bench/reliability_figures.py [-- extra pytest args, e.g. -k smoke]
 

@@ -1,4 +1,4 @@
-"""Bad input and secrets: run the corpus and the security checks, print the figures for the README.
+"""Bad input and secrets: run the corpus and the security checks, print the figures of docs/security.md.
 
     .venv/bin/python bench/security_figures.py [-- extra pytest args]
 

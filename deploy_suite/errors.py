@@ -16,6 +16,7 @@ that callers and the ledger deal with a handful of meaningful types::
     +-- LedgerError                 the ledger could not be written
     |   +-- SecretLeak
     +-- ClusterError                the offline cluster could not be built or run
+    +-- SearchBudgetExhausted       the exact capacity search gave up (internal to capacity)
     +-- ReconcileError              the offline operator replica rejects a DGD
 
 ``temporary`` is the one property the wait loop obeys (the idea of kopf's temporary and
@@ -128,6 +129,10 @@ class SecretLeak(LedgerError):
 
 class ClusterError(SuiteError):
     """The offline cluster could not be built, started, stopped or inspected."""
+
+
+class SearchBudgetExhausted(SuiteError):
+    """The exact capacity search ran out of its node-visit budget (never leaves deploy_suite.capacity)."""
 
 
 class ReconcileError(SuiteError):

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from deploy_suite import clock
+from deploy_suite import clock, yamlio
 from deploy_suite.ledger import atomic_write_text
 
 MANIFEST_KEY = "cluster_context"
@@ -28,7 +26,8 @@ def update_manifest_context(exp_root: Path, context: str, changed_by: str = "rec
     path = exp_root / "manifest.yaml"
     data: dict[str, Any] = {}
     if path.is_file():
-        loaded = yaml.safe_load(path.read_text())
+        loaded = yamlio.load_one(path, "<EXP_ROOT>/manifest.yaml",
+                                 "fix the YAML of manifest.yaml (one mapping, written by user-interviewer)")
         data = loaded if isinstance(loaded, dict) else {}
     before = data.get(MANIFEST_KEY)
     if before == context:
@@ -37,7 +36,7 @@ def update_manifest_context(exp_root: Path, context: str, changed_by: str = "rec
     data[MANIFEST_KEY] = context
     history = data.get(HISTORY_KEY)
     data[HISTORY_KEY] = [*(history if isinstance(history, list) else []), change]
-    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
+    atomic_write_text(path, yamlio.dump(data))
     return change
 
 
@@ -47,8 +46,6 @@ class LedgerSummary:
     deploy_id: str
     status: str | None
     dgd_name: str | None
-    namespace: str | None
-    kube_context: str | None
     gpus_requested: int
     torn_down_at: str | None
     failed_attempts: int
@@ -62,8 +59,8 @@ def ledgers(exp_root: Path) -> list[LedgerSummary]:
         except (OSError, ValueError):
             continue
         out.append(LedgerSummary(path, path.parent.name, data.get("status"), data.get("dgd_name"),
-                                 data.get("namespace"), data.get("kube_context"), int(data.get("gpus_requested") or 0),
-                                 data.get("torn_down_at"), len(data.get("failed_attempts") or [])))
+                                 int(data.get("gpus_requested") or 0), data.get("torn_down_at"),
+                                 len(data.get("failed_attempts") or [])))
     return out
 
 

@@ -6,13 +6,15 @@ blockers, ...). Three guarantees live in this module and nowhere else:
 
 * every write is atomic (temp file in the same directory, fsync, rename, fsync of the directory),
   so a run killed at any instant leaves either the previous or the new ledger, both valid JSON;
-* every write is validated against ``schemas/ledger.schema.json`` (schema_version 1), so a
-  change in a step that breaks the shape fails in the tests that produce ledgers;
-* no secret value is ever written: a redaction guard refuses anything that looks like a
-  Kubernetes Secret ``data`` blob, a token, or a value registered as secret.
+* no secret value is ever written: a redaction guard, run on every write, refuses anything that
+  looks like a Kubernetes Secret ``data`` blob or a token;
+* the ledger is validated against ``schemas/ledger.schema.json`` (schema_version 1) where a step
+  ends and at session end (``save(check_schema=True)``), so a change in a step that breaks the shape
+  fails in the tests that produce ledgers. Not on every write: a run saves some 25 times, and a
+  mutation's save must stay cheap (it happens between two cluster requests).
 
-The pytest side (``plugins/ledger.py``) decides *when* to write; ``deploy_suite.runstate`` decides
-*what* the step outcomes are.
+The pytest side (``deploy_suite.pytest_plugin.ledger``) decides *when* to write;
+``deploy_suite.runstate`` decides *what* the step outcomes are.
 """
 
 from __future__ import annotations
@@ -24,21 +26,20 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
-
-import jsonschema
+from typing import TYPE_CHECKING, Any, Protocol
 
 from deploy_suite import __version__, clock
 from deploy_suite.errors import LedgerError, SecretLeak
 
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
+
 SCHEMA_VERSION = 1
 LEDGER_NAME = "deployment_ledger.json"
-STATUSES = ("in_progress", "ready", "blocked", "failed")
-OUTCOMES = ("passed", "failed", "blocked", "skipped", "not_run")
 COMMAND_KINDS = ("read", "mutate", "dry-run", "watch")
 
 
@@ -63,10 +64,12 @@ def schema() -> dict[str, Any]:
 
 
 @cache
-def _validator() -> jsonschema.protocols.Validator:
-    cls = jsonschema.validators.validator_for(schema())
-    cls.check_schema(schema())
-    validator: jsonschema.protocols.Validator = cls(schema())
+def _validator() -> Validator:
+    # Imported at the first check (a step's end): a run refused before it has a directory never needs
+    # it. The schema itself is checked against its meta-schema by the unit tests, not on every run.
+    from jsonschema.validators import validator_for  # noqa: PLC0415
+
+    validator: Validator = validator_for(schema())(schema())
     return validator
 
 
@@ -110,28 +113,25 @@ def _looks_like_secret_blob(text: str) -> bool:
     return False
 
 
-def find_secret(value: Any, registered: Iterable[str] = (), path: str = "") -> str | None:
+def find_secret(value: Any, path: str = "") -> str | None:
     """Return the JSON path of the first value that looks secret, else None."""
     if isinstance(value, Mapping):
         kind = value.get("kind")
         if kind == "Secret" and (value.get("data") or value.get("stringData")):
             return path or "(top level)"
         for key, item in value.items():
-            found = find_secret(item, registered, f"{path}/{key}")
+            found = find_secret(item, f"{path}/{key}")
             if found:
                 return found
         return None
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            found = find_secret(item, registered, f"{path}/{index}")
+            found = find_secret(item, f"{path}/{index}")
             if found:
                 return found
         return None
-    if isinstance(value, str):
-        if any(secret and secret in value for secret in registered):
-            return path or "(top level)"
-        if _looks_like_secret_blob(value):
-            return path or "(top level)"
+    if isinstance(value, str) and _looks_like_secret_blob(value):
+        return path or "(top level)"
     return None
 
 
@@ -169,12 +169,13 @@ def _fsync_dir(directory: Path) -> None:
         os.close(dir_fd)
 
 
-def write_json(path: Path, data: Mapping[str, Any], registered_secrets: Iterable[str] = ()) -> None:
-    """Guard, validate and atomically write a ledger document."""
-    leak = find_secret(data, tuple(registered_secrets))
+def write_json(path: Path, data: Mapping[str, Any], *, check_schema: bool = True) -> None:
+    """Guard, validate (unless ``check_schema`` is false) and atomically write a ledger document."""
+    leak = find_secret(data)
     if leak:
         raise SecretLeak(f"refused to write {path.name}: the value at {leak} looks like secret material")
-    validate(data)
+    if check_schema:
+        validate(data)
     atomic_write_text(path, dumps(data))
 
 
@@ -289,7 +290,6 @@ class Ledger:
     def __init__(self, data: dict[str, Any], path: Path | None = None) -> None:
         self.data = data
         self.path = path
-        self._secrets: set[str] = set()
 
     # -- records appended by steps --
     def record_command(self, record: CommandLike) -> None:
@@ -302,9 +302,6 @@ class Ledger:
     def add_patch(self, file: str, change: str, reason: str) -> None:
         """``file`` is EXP_ROOT-relative (the run-scoped copy that was changed in place)."""
         self.data["patches"].append({"file": file, "change": change, "reason": reason, "at": clock.iso_now()})
-
-    def add_reapply(self, file: str, reason: str, **details: Any) -> None:
-        self.data["reapplies"].append({"file": file, "reason": reason, "at": clock.iso_now(), **details})
 
     def add_blocker(self, step: str, cls: str, message: str, fix: str) -> None:
         """Idempotent: a result that records its blockers and the plugin that records the blocker
@@ -326,9 +323,6 @@ class Ledger:
     def add_config_engagement(self, evidence: str | Mapping[str, Any]) -> None:
         self.data["config_engagement"].append(evidence if isinstance(evidence, str) else dict(evidence))
 
-    def add_hold_decision(self, decision: Mapping[str, Any]) -> None:
-        self.data["hold_decisions"].append(dict(decision))
-
     def add_failed_attempt(self, step: str, category: str, evidence: Any, diagnosis: str) -> None:
         """Append-only: counts against the failed-deploy budget even if a retry succeeds."""
         self.data["failed_attempts"].append(
@@ -340,11 +334,6 @@ class Ledger:
             raise LedgerError(f"{name!r} is not a settable section; use one of {SECTIONS}")
         self.data[name] = value
 
-    def register_secret(self, value: str) -> None:
-        """A value that must never reach the file (e.g. a token read by mistake)."""
-        if value:
-            self._secrets.add(value)
-
     # -- queries --
     def step(self, name: str) -> dict[str, Any]:
         for entry in self.data["steps"]:
@@ -354,10 +343,13 @@ class Ledger:
         raise KeyError(name)
 
     # -- persistence --
-    def save(self) -> bool:
-        """Write now if the deployment directory exists; returns whether a file was written."""
+    def save(self, *, check_schema: bool = False) -> bool:
+        """Write now if the deployment directory exists; returns whether a file was written.
+
+        ``check_schema``: validate first (where a step ends and at session end, see above).
+        """
         if self.path is None:
             return False
         self.data["updated_at"] = clock.iso_now()
-        write_json(self.path, self.data, self._secrets)
+        write_json(self.path, self.data, check_schema=check_schema)
         return True

@@ -1,29 +1,29 @@
-"""Steps 3 to 6: retire the previous iteration, support jobs, apply the DGD, readiness.
+"""Steps 3 to 6: retire the previous iteration, support manifests and their Jobs, apply, readiness.
 
-All waits are watch-based (:meth:`Kube.wait_for`, :meth:`Kube.wait_multi`) under configurable
-deadlines; each reports a live one-line state through ``on_progress`` and a timeout names what was
-awaited, for how long and the last state seen. Pending pods are triaged from their scheduler
-events (:mod:`deploy_suite.triage`) the moment the scheduler gives a verdict: a manifest that can
-never schedule stops at once as a failed attempt, contention waits, a missing dependency stops.
+Each step is one function returning a typed result (``runstate.StepResult``): :func:`retire`,
+:func:`support`, :func:`apply`, :func:`readiness`. Every wait is
+the one list+watch loop with a named condition (:mod:`deploy_suite.conditions`) under the
+settings' bound; each reports a live one-line state through ``on_progress``, and a timeout names
+what was awaited, for how long and the last state seen.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from deploy_suite import clock, triage
-from deploy_suite.dgd import Dgd, pod_gpus
-from deploy_suite.errors import Forbidden, KubeError, StepFailure, WaitTimeout
-from deploy_suite.kube import DGD, Kube, Obj, WatchSpec
+from deploy_suite import clock, conditions, experiment, triage, yamlio
+from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME, LABEL_JOB_NAME, LABEL_SELECTOR
+from deploy_suite.dgd import Dgd, from_documents, load_dgd
+from deploy_suite.errors import Forbidden, KubeError, StepBlocked, StepFailure, WaitTimeout
+from deploy_suite.kube import DGD, Kube, Obj
+from deploy_suite.ledger import Ledger, write_torn_down_at
+from deploy_suite.runstate import RunState
 
 Progress = Callable[[str], None]
-DGD_LABEL = "nvidia.com/dynamo-graph-deployment-name"
+SUPPORT_ORDER = ("model-cache", "model-download", "model-validate")
 
 
 def _quiet(_m: str) -> None:
@@ -41,34 +41,59 @@ class RetireResult:
     pods_gone_at: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
+
+
+@dataclass
+class Retired:
+    """Step 3: what was retired (None at iteration 0) and the manifest.yaml context change."""
+
+    context_change: dict[str, Any] | None = None
+    retired: RetireResult | None = None
+    ledger_file: str | None = None  # the retired iteration's ledger, EXP_ROOT-relative
+
+    def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        evidence: dict[str, Any] = {}
+        if self.context_change is not None:
+            evidence["manifest_context_update"] = self.context_change
+        if self.retired is not None:
+            ledger.set_section("retired_previous", {**self.retired.as_dict(), "ledger": self.ledger_file})
+            evidence.update(self.retired.as_dict())
+        return evidence
 
 
 def retire_previous(kube: Kube, namespace: str, dgd_name: str, timeout: float,
                     on_progress: Progress = _quiet) -> RetireResult:
     """Delete only the previous DGD, by exact name, then wait for it and its pods to be gone
-    (``timeout`` bounds each wait, as the spec's two 10-minute waits). PVCs, Jobs, namespaces and
-    secrets are kept."""
+    (``timeout`` bounds each wait). PVCs, Jobs, namespaces and secrets are kept."""
     existed = kube.delete(DGD, dgd_name, namespace)
     result = RetireResult(dgd_name, namespace, kube.context, clock.iso_now(), existed)
-
-    def dgd_gone(objs: dict[str, Obj]) -> tuple[bool, str]:
-        obj = objs.get(f"{namespace}/{dgd_name}")
-        return obj is None, "deleted" if obj is None else \
-            f"dgd/{dgd_name} still present (deletionTimestamp {obj['metadata'].get('deletionTimestamp')})"
-
-    kube.wait_for(DGD, dgd_gone, awaited=f"dgd/{dgd_name} to disappear", timeout=timeout,
-                  namespace=namespace, name=dgd_name, on_progress=on_progress)
-
-    def pods_gone(objs: dict[str, Obj]) -> tuple[bool, str]:
-        names = sorted(o["metadata"]["name"] for o in objs.values())
-        return not names, f"{len(names)} pods left: {', '.join(names[:4])}" if names else "no pods left"
-
-    kube.wait_for("Pod", pods_gone, awaited=f"pods labelled {DGD_LABEL}={dgd_name} to be deleted",
-                  timeout=timeout, namespace=namespace, label_selector=f"{DGD_LABEL}={dgd_name}",
-                  on_progress=on_progress)
+    kube.wait(conditions.dgd_gone(namespace, dgd_name), timeout=timeout, on_progress=on_progress)
+    kube.wait(conditions.dgd_pods_gone(namespace, dgd_name), timeout=timeout, on_progress=on_progress)
     result.pods_gone_at = clock.iso_now()
     return result
+
+
+def retire(run: RunState, kube: Kube) -> Retired:
+    """Record the effective context in manifest.yaml (before the first mutation of the run), then
+    retire the previous iteration's DGD in its own context and write ``torn_down_at`` in its ledger."""
+    out = Retired(experiment.update_manifest_context(run.exp_root, kube.context))
+    if out.context_change is not None:
+        run.add_evidence(manifest_context_update=out.context_change)  # kept even if the retire fails
+    prev = run.previous
+    if prev is None:
+        return out
+    owned = prev.kube_context != kube.context
+    prev_kube = Kube(prev.kube_context, run.settings.kubeconfig, on_command=run.record_command) if owned else kube
+    try:
+        out.retired = retire_previous(prev_kube, prev.namespace, prev.dgd_name, run.settings.timeouts.retire_s,
+                                      on_progress=run.progress)
+    finally:
+        if owned:
+            prev_kube.close()
+    write_torn_down_at(prev.ledger_path, out.retired.deleted_at)
+    out.ledger_file = run.rel(prev.ledger_path)
+    return out
 
 
 # ---------------------------------------------------------------------------- step 4
@@ -84,29 +109,41 @@ class JobResult:
     completed_at: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
-def jobs_in(path: Path) -> list[str]:
-    """Job names come from each manifest's kind/metadata.name, never from its file name."""
-    return [str(d["metadata"]["name"]) for d in yaml.safe_load_all(path.read_text())
-            if isinstance(d, dict) and d.get("kind") == "Job"]
+@dataclass
+class Support:
+    """Step 4: the support manifests applied (EXP_ROOT-relative), their Jobs and claims; or the
+    diagnostic of the Job that failed."""
+
+    applied: list[str] = field(default_factory=list)
+    jobs: list[JobResult] = field(default_factory=list)
+    pvcs: dict[str, str | None] = field(default_factory=dict)
+    failure: dict[str, Any] | None = None
+
+    def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        if self.failure is not None:
+            ledger.add_diagnostic(self.failure)
+            return {}
+        if not self.applied:
+            return {}
+        return {"applied": self.applied, "jobs": [j.as_dict() for j in self.jobs], "pvcs": self.pvcs}
 
 
-def claims_in(path: Path) -> list[str]:
-    return [str(d["metadata"]["name"]) for d in yaml.safe_load_all(path.read_text())
-            if isinstance(d, dict) and d.get("kind") == "PersistentVolumeClaim"]
+def applied_support_order(paths: Mapping[str, Path]) -> list[tuple[str, Path]]:
+    return [(k, paths[k]) for k in SUPPORT_ORDER if k in paths]
+
+
+def names_of(docs: Sequence[Any], kind: str) -> list[str]:
+    """Names come from each manifest's kind/metadata.name, never from its file name."""
+    return [str(d["metadata"]["name"]) for d in docs if isinstance(d, dict) and d.get("kind") == kind]
 
 
 def wait_pvcs_bound(kube: Kube, namespace: str, names: Sequence[str], timeout: float,
                     on_progress: Progress = _quiet) -> None:
     for name in names:
-        def bound(objs: dict[str, Obj], name: str = name) -> tuple[bool, str]:
-            phase = (objs.get(f"{namespace}/{name}") or {}).get("status", {}).get("phase")
-            return phase == "Bound", f"pvc/{name} phase={phase}"
-
-        kube.wait_for("PersistentVolumeClaim", bound, awaited=f"pvc/{name} Bound", timeout=timeout,
-                      namespace=namespace, name=name, on_progress=on_progress)
+        kube.wait(conditions.pvc_bound(namespace, name), timeout=timeout, on_progress=on_progress)
 
 
 def immediate_claims(kube: Kube, namespace: str, names: Sequence[str]) -> list[str]:
@@ -129,84 +166,117 @@ def immediate_claims(kube: Kube, namespace: str, names: Sequence[str]) -> list[s
 
 def run_job(kube: Kube, namespace: str, job: str, kind: str, timeout: float, logs_dir: Path,
             on_progress: Progress = _quiet) -> JobResult:
-    """Wait for a Job: a condition containing Failed fails fast (with its pod's last log lines
-    kept under logs/); Complete (alone or beside SuccessCriteriaMet) continues. The Job's pods are
-    watched too: one the scheduler can never place (unbound claim, taint, selector) stops at once
-    with the scheduler's words instead of running into the long download bound."""
+    """Wait for a Job (:class:`conditions.JobComplete`); a failed one fails fast with its pod's
+    last log lines kept under logs/."""
     started = clock.monotonic()
-    triaged: dict[str, str] = {}
-
-    def state(objs: dict[str, dict[str, Obj]]) -> tuple[bool, str]:
-        obj = objs["job"].get(f"{namespace}/{job}") or {}
-        conds = (obj.get("status") or {}).get("conditions") or []
-        true = [str(c["type"]) for c in conds if c.get("status") == "True"]
-        joined = " ".join(true)
-        if "Failed" in joined:
-            raise _JobFailed(joined)
-        for pod in objs["pods"].values():
-            if not _unschedulable(pod):
-                continue
-            name = pod["metadata"]["name"]
-            sched = next(c for c in pod["status"]["conditions"] if c.get("type") == "PodScheduled")
-            stamp = f"{sched.get('lastTransitionTime')}{sched.get('message')}"
-            if triaged.get(name) == stamp:
-                continue
-            triaged[name] = stamp
-            verdict = triage.triage_pending(pod, kube.events_for(name, namespace))
-            if verdict is not None and not verdict.can_wait:
-                raise StepFailure(f"{kind} job {job} cannot run: {verdict.diagnosis}", verdict.category,
-                                  verdict.evidence)
-        st = obj.get("status") or {}
-        return "Complete" in joined, (f"job/{job} conditions: {joined}" if true else
-                                      f"job/{job} active={st.get('active', 0)} failed={st.get('failed', 0)}")
-
-    watches = {"job": WatchSpec("Job", namespace, field_selector=f"metadata.name={job}"),
-               "pods": WatchSpec("Pod", namespace, label_selector=f"job-name={job}")}
     try:
-        kube.wait_multi(watches, state, awaited=f"job/{job} Complete", timeout=timeout, on_progress=on_progress)
-    except _JobFailed as exc:
-        excerpt, _log_file = _job_logs(kube, namespace, job, logs_dir)
-        raise StepFailure(f"{kind} job {job} failed (conditions: {exc}); last log lines: {excerpt[-600:] or 'none'}",
-                          category="job-failed", evidence=[f"job/{job}: {exc}"], log_excerpt=excerpt) from exc
+        kube.wait(conditions.JobComplete(kube, namespace, job, kind), timeout=timeout, on_progress=on_progress)
+    except StepFailure as exc:
+        if exc.category != "job-failed":
+            raise
+        excerpt = _job_logs(kube, namespace, job, logs_dir)
+        raise StepFailure(f"{exc}; last log lines: {excerpt[-600:] or 'none'}", exc.category, exc.evidence,
+                          log_excerpt=excerpt) from exc
     except WaitTimeout as exc:
         raise StepFailure(f"{kind} job {job} timed out: {exc}", category="job-timeout") from exc
     return JobResult(kind, job, "Complete", ["Complete"], round(clock.monotonic() - started, 3),
                      completed_at=clock.iso_now())
 
 
-class _JobFailed(StepFailure):
-    pass
-
-
-def _job_logs(kube: Kube, namespace: str, job: str, logs_dir: Path, lines: int = 40) -> tuple[str, str | None]:
+def _job_logs(kube: Kube, namespace: str, job: str, logs_dir: Path, lines: int = 40) -> str:
     try:
-        pods, _ = kube.list_items("Pod", namespace, label_selector=f"job-name={job}")
+        pods, _ = kube.list_items("Pod", namespace, label_selector=f"{LABEL_JOB_NAME}={job}")
     except KubeError:
-        return "", None
+        return ""
     if not pods:
-        return "", None
-    pod = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))[-1]
+        return ""
+    pod: Obj = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))[-1]
     try:
         text = kube.pod_log(pod["metadata"]["name"], namespace, tail=lines)
     except KubeError as exc:
         text = f"(logs unavailable: {exc})"
     logs_dir.mkdir(parents=True, exist_ok=True)  # logs/ exists only when a failure log is kept
-    path = logs_dir / f"job-{job}.log"
-    path.write_text(text)
-    return text.strip(), str(path)
+    (logs_dir / f"job-{job}.log").write_text(text)
+    return text.strip()
+
+
+def support(run: RunState, kube: Kube) -> Support:
+    """Apply model-cache, model-download, model-validate in that order (those handed over); claims
+    that bind on their own are awaited before any Job waits on them (WaitForFirstConsumer claims
+    bind with their first pod); each Job must complete."""
+    out = Support()
+    order = applied_support_order(run.manifests)
+    t = run.settings.timeouts
+    for kind, path in order:
+        docs = yamlio.load_all(path, run.rel(path))
+        kube.apply_documents(docs, run.namespace, run.rel(path))
+        claims = names_of(docs, "PersistentVolumeClaim")
+        out.pvcs.update(dict.fromkeys(claims))
+        try:
+            wait_pvcs_bound(kube, run.namespace, immediate_claims(kube, run.namespace, claims), t.pvc_bound_s,
+                            on_progress=run.progress)
+        except WaitTimeout as exc:
+            raise StepFailure(f"model-cache PVC never bound: {exc}; fix the storage class or provisioner "
+                              "(a dependency: waiting longer does not help)", "dependency") from exc
+        bound = t.job_download_s if kind != "model-validate" else t.job_validate_s
+        for job in names_of(docs, "Job"):
+            try:
+                out.jobs.append(run_job(kube, run.namespace, job, kind, bound, run.deploy_root / "logs",
+                                        on_progress=run.progress))
+            except StepFailure as exc:
+                out.failure = {"step": "step4_support_manifests", "job": job, "message": str(exc),
+                               "log_excerpt": exc.log_excerpt[-2000:],
+                               "log_file": run.rel(run.deploy_root / "logs" / f"job-{job}.log")}
+                exc.result = out
+                raise
+    out.applied = [run.rel(p) for _, p in order]
+    out.pvcs = {c: ((kube.get_or_none("PersistentVolumeClaim", c, run.namespace) or {}).get("status") or {})
+                .get("phase") for c in out.pvcs}
+    return out
 
 
 # ---------------------------------------------------------------------------- step 5
-def apply_deploy(kube: Kube, namespace: str, deploy_path: Path, display: str) -> list[str]:
-    """Apply every document of applied_manifests/deploy.yaml (and nothing else)."""
-    applied = kube.apply_file(deploy_path, namespace, display=display)
-    return [f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in applied]
+@dataclass
+class Applied:
+    """Step 5: the objects applied from deploy.yaml, the GPUs they request, how to clean up."""
+
+    applied: list[str]
+    gpus_requested: int
+    cleanup_command: str
+    failed_attempts_so_far: int
+
+    def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        ledger.set_section("gpus_requested", self.gpus_requested)
+        ledger.add_cleanup_command(self.cleanup_command)
+        return {"applied": self.applied, "gpus_requested": self.gpus_requested,
+                "failed_attempts_so_far": self.failed_attempts_so_far}
+
+
+def apply(run: RunState, kube: Kube) -> Applied:
+    """Apply every document of applied_manifests/deploy.yaml (and nothing else), unless the
+    experiment's failed-deploy budget is spent."""
+    budget = run.workload.max_failed_deploys
+    spent = experiment.failed_attempts_so_far(run.exp_root)
+    if budget is not None and spent >= budget:
+        raise StepBlocked("budget", f"failed-deploy budget exhausted: {spent} failed attempts recorded, "
+                          f"budgets.max_failed_deploys is {budget:g}", "ask the user for more budget or stop the "
+                          "experiment")
+    path = run.manifests["deploy"]
+    docs = yamlio.load_all(path, str(path))
+    dgd = from_documents(docs, str(path))
+    applied = kube.apply_documents(docs, run.namespace, run.rel(path))
+    return Applied([f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in applied], dgd.total_gpus(),
+                   f"kubectl --context {kube.context} delete dynamographdeployment {dgd.name} -n {run.namespace}",
+                   spent)
 
 
 # ---------------------------------------------------------------------------- step 6
 @dataclass
 class Readiness:
-    state: str = "waiting"  # ready | failed-deploy | dependency | crash | failed | timeout
+    """Step 6: what the readiness wait saw (the ledger's ``readiness`` section), the deployed pods'
+    config engagement; on failure, whether it was a failed attempt and when the DGD was torn down."""
+
+    state: str = "waiting"  # ready, or the failure's category (failed-deploy, dependency, crash, timeout, ...)
     dgd_state: str | None = None
     ready_condition: str | None = None
     ready_reason: str | None = None
@@ -216,132 +286,114 @@ class Readiness:
     diagnosis: str = ""
     evidence: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # Not part of the ledger section:
+    config_engagement: list[dict[str, Any]] = field(default_factory=list)
+    failed: bool = False
+    failed_attempt: bool = False
+    torn_down_at: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The ledger's ``readiness`` section."""
+        return {k: v for k, v in asdict(self).items()
+                if k not in {"config_engagement", "failed", "failed_attempt", "torn_down_at"}}
 
-
-def _ready(pod: Obj) -> bool:
-    status = pod.get("status") or {}
-    return status.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-
-
-def _unschedulable(pod: Obj) -> bool:
-    return any(c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-               for c in (pod.get("status") or {}).get("conditions") or [])
-
-
-def _gpus(pod: Obj) -> int:
-    return pod_gpus(pod.get("spec") or {}, "nvidia.com/gpu") or 0
+    def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        if self.failed:
+            ledger.set_section("readiness", {"state": self.state, "diagnosis": self.diagnosis,
+                                             "evidence": self.evidence})
+            if self.failed_attempt:
+                ledger.add_failed_attempt("step6_readiness", self.state, self.evidence, self.diagnosis)
+            if self.torn_down_at is not None:
+                ledger.set_section("torn_down_at", self.torn_down_at)
+            return {}
+        ledger.set_section("readiness", self.as_dict())
+        for evidence in self.config_engagement:
+            ledger.add_config_engagement(evidence)
+        return {"state": self.state, "seconds": self.seconds, "contention": len(self.contention)}
 
 
 def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend_expected: bool,
                on_progress: Progress = _quiet, on_allocated: Callable[[str], None] | None = None,
                contention_recheck_s: float = 30.0) -> Readiness:
     """DGD Ready with state successful and observedGeneration current; every component x replica
-    Running and ready; pending pods triaged as soon as the scheduler says why."""
+    Running and ready; pending pods triaged as soon as the scheduler says why
+    (:class:`conditions.DgdReady`); the frontend Service present when one is expected."""
     started = clock.monotonic()
-    out = Readiness()
     expected = {c.name: c.replicas * c.node_count for c in dgd.components}
-    total_expected = sum(expected.values())
     try:
         nodes: list[Obj] | None = kube.list_items("Node")[0]
     except Forbidden:
         nodes = None
-    triaged: dict[str, str] = {}
-
-    def judge(state: dict[str, dict[str, Obj]]) -> tuple[bool, str]:
-        pods = list(state["pods"].values())
-        obj = state["dgd"].get(f"{namespace}/{dgd.name}")
-        for p in pods:
-            if out.allocated_at is None and p["spec"].get("nodeName") and _gpus(p) > 0:
-                out.allocated_at = clock.iso_now()
-                if on_allocated is not None:
-                    on_allocated(out.allocated_at)
-            crash = triage.triage_containers(p)
-            if crash is not None:
-                out.state, out.diagnosis, out.evidence = "crash", crash.diagnosis, crash.evidence
-                raise StepFailure(crash.diagnosis, "crash", crash.evidence, failed_attempt=True)
-            if _unschedulable(p):
-                name = p["metadata"]["name"]
-                sched = next(c for c in p["status"]["conditions"] if c.get("type") == "PodScheduled")
-                stamp = f"{sched.get('lastTransitionTime')}{sched.get('message')}"
-                if triaged.get(name) == stamp:
-                    continue
-                triaged[name] = stamp
-                verdict = triage.triage_pending(p, kube.events_for(name, namespace), nodes, contention_recheck_s)
-                if verdict is None:
-                    continue
-                if verdict.category in {triage.CONTENTION, triage.UNKNOWN}:
-                    out.contention.append({**verdict.as_dict(), "at": clock.iso_now(),
-                                           "next_check_at_s": verdict.next_check_s})
-                    continue
-                out.state, out.diagnosis, out.evidence = verdict.category, verdict.diagnosis, verdict.evidence
-                raise StepFailure(verdict.diagnosis, verdict.category, verdict.evidence,
-                                  failed_attempt=verdict.category == triage.FAILED_DEPLOY)
-        ready_pods = [p for p in pods if _ready(p)]
-        st = (obj or {}).get("status") or {}
-        cond: dict[str, Any] = next((c for c in st.get("conditions") or [] if c.get("type") == "Ready"), {})
-        out.dgd_state, out.ready_condition, out.ready_reason = st.get("state"), cond.get("status"), cond.get("reason")
-        if st.get("state") == "failed":
-            why = cond.get("message") or cond.get("reason")
-            out.state, out.diagnosis = "failed", f"DGD reconciliation error: {why}"
-            raise StepFailure(out.diagnosis, "reconcile-error", [f"dgd/{dgd.name} status: {st.get('state')} "
-                                                                 f"{cond.get('reason')}: {cond.get('message')}"])
-        gen_ok = obj is not None and st.get("observedGeneration") == obj["metadata"].get("generation")
-        done = (obj is not None and st.get("state") == "successful" and cond.get("status") == "True" and gen_ok
-                and len(ready_pods) >= total_expected)
-        desc = (f"dgd/{dgd.name} state={st.get('state')} Ready={cond.get('status')} "
-                f"({cond.get('reason') or '-'}), pods ready {len(ready_pods)}/{total_expected}")
-        if out.contention:
-            desc += f"; contention: {out.contention[-1]['diagnosis'][:120]}"
-        return done, desc
-
-    watches = {"dgd": WatchSpec(DGD, namespace, field_selector=f"metadata.name={dgd.name}"),
-               "pods": WatchSpec("Pod", namespace, label_selector=f"{DGD_LABEL}={dgd.name}")}
+    ready = conditions.DgdReady(conditions.PendingTriage(kube, namespace, nodes, contention_recheck_s), dgd.name,
+                                sum(expected.values()), on_allocated)
     try:
-        state = kube.wait_multi(watches, judge, awaited=f"dgd/{dgd.name} Ready with all pods ready", timeout=timeout,
-                                on_progress=on_progress)
+        state = kube.wait(ready, timeout=timeout, on_progress=on_progress)
     except WaitTimeout as exc:
-        out.state, out.diagnosis = "timeout", str(exc)
         raise StepFailure(str(exc), "timeout") from exc
-    pods = list(state["pods"].values())
+    except KubeError as exc:  # a refusal (403, 404, ...) stops the wait at once: not the attempt's fault
+        raise StepFailure(f"the readiness wait stopped: {exc}", "api-error") from exc
+    out = Readiness("ready", ready.dgd_state, ready.ready_condition, ready.ready_reason,
+                    allocated_at=ready.allocated_at, contention=ready.contention)
+    pods = list(state.collections["pods"].values())
     for comp in dgd.components:
-        sel = f"{dgd.name}-{comp.name.lower()}"
-        mine = [p for p in pods if (p["metadata"].get("labels") or {}).get("nvidia.com/dynamo-component") == comp.name
-                or (p["metadata"].get("labels") or {}).get("nvidia.com/selector") == sel]
-        out.components[comp.name] = {"expected": expected[comp.name], "ready": sum(_ready(p) for p in mine),
+        mine = [p for p in pods if _belongs(p, dgd.name, comp.name)]
+        out.components[comp.name] = {"expected": expected[comp.name], "ready": sum(map(conditions.pod_ready, mine)),
                                      "pods": sorted(p["metadata"]["name"] for p in mine),
                                      "nodes": sorted({p["spec"].get("nodeName", "") for p in mine})}
     if frontend_expected and kube.get_or_none("Service", f"{dgd.name}-frontend", namespace) is None:
-        out.state, out.diagnosis = "failed", f"frontend Service {dgd.name}-frontend is missing"
-        raise StepFailure(out.diagnosis, "missing-frontend-service")
-    out.state = "ready"
+        raise StepFailure(f"frontend Service {dgd.name}-frontend is missing", "missing-frontend-service")
     out.seconds = round(clock.monotonic() - started, 3)
     return out
 
 
+def _belongs(pod: Obj, dgd_name: str, component: str) -> bool:
+    """A pod of ``component``: the operator's component label, or its selector label."""
+    labels = pod["metadata"].get("labels") or {}
+    return labels.get(LABEL_COMPONENT) == component or labels.get(LABEL_SELECTOR) == f"{dgd_name}-{component.lower()}"
+
+
 def config_engagement(kube: Kube, namespace: str, dgd: Dgd) -> list[dict[str, Any]]:
     """The deployed pods' spec fields that carry the candidate's knobs (image, args, GPUs, selector)."""
-    pods, _ = kube.list_items("Pod", namespace, label_selector=f"{DGD_LABEL}={dgd.name}")
+    pods, _ = kube.list_items("Pod", namespace, label_selector=f"{LABEL_DGD_NAME}={dgd.name}")
     evidence = []
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        main = pod["spec"]["containers"][0]
-        with contextlib.suppress(StopIteration):
-            main = next(c for c in pod["spec"]["containers"] if c.get("name") == "main")
+        containers = pod["spec"]["containers"]
+        main = next((c for c in containers if c.get("name") == "main"), containers[0])
         evidence.append({
             "pod": pod["metadata"]["name"],
-            "component": (pod["metadata"].get("labels") or {}).get("nvidia.com/dynamo-component"),
+            "component": (pod["metadata"].get("labels") or {}).get(LABEL_COMPONENT),
             "node": pod["spec"].get("nodeName"),
             "image": main.get("image"),
             "command": main.get("command"),
             "args": main.get("args"),
-            "gpus": _gpus(pod),
+            "gpus": conditions.gpus_of(pod),
             "nodeSelector": pod["spec"].get("nodeSelector"),
         })
     return evidence
 
 
-def applied_support_order(paths: Mapping[str, Path]) -> list[tuple[str, Path]]:
-    return [(k, paths[k]) for k in ("model-cache", "model-download", "model-validate") if k in paths]
+def readiness(run: RunState, kube: Kube) -> Readiness:
+    """Wait for readiness; ``allocated_at`` is saved the moment the first GPU pod is bound. On
+    failure the attempt is recorded (a failed attempt when the manifest can never run or crashes)
+    and the DGD deleted to free its GPUs, unless ``--keep-on-failure`` keeps it to debug."""
+    dgd = load_dgd(run.manifests["deploy"])
+
+    def allocated(at: str) -> None:
+        if not run.ledger.data.get("allocated_at"):  # a resumed run keeps its first allocation
+            run.ledger.set_section("allocated_at", at)
+            run.save()
+
+    try:
+        out = wait_ready(kube, run.namespace, dgd, run.settings.timeouts.readiness_s,
+                         frontend_expected=any(c.type == "frontend" for c in dgd.components),
+                         on_progress=run.progress, on_allocated=allocated)
+    except StepFailure as exc:
+        failed = Readiness(exc.category, diagnosis=str(exc), evidence=exc.evidence, failed=True,
+                           failed_attempt=exc.failed_attempt or exc.category == triage.CRASH)
+        if not run.settings.keep_on_failure:
+            kube.delete(DGD, dgd.name, run.namespace)
+            failed.torn_down_at = clock.iso_now()
+        exc.result = failed
+        raise
+    out.config_engagement = config_engagement(kube, run.namespace, dgd)
+    return out

@@ -7,8 +7,8 @@ the spec's order is a safety order (validate before mutate), every later step is
 
 ``RunState`` is what steps receive (through the ``run`` fixture): the frozen settings, the ledger,
 step 1's result and helpers to record evidence, blockers and commands. The pytest plugin
-(``plugins/ledger.py``) drives the lifecycle (``begin_step``/``end_step``/``skip_step``/``finish``);
-steps never call those. The idea is e2e-framework's feature context and chainsaw's steps: one
+(``deploy_suite.pytest_plugin.ledger``) drives the lifecycle (``begin_step``/``end_step``/
+``skip_step``/``finish``); steps never call those. The idea is e2e-framework's feature context and chainsaw's steps: one
 context passed along, an aborted step skips the rest with a reason.
 """
 
@@ -23,15 +23,10 @@ from typing import Any, NoReturn, Protocol, TypeVar
 from deploy_suite import clock
 from deploy_suite import ledger as ledger_mod
 from deploy_suite.errors import DeploymentLocked, InputError, StepBlocked
-from deploy_suite.inputs import (
-    Prepared,
-    PreviousDeployment,
-    Workload,
-    own_directory_ledger,
-    release_deployment_lock,
-    verify_sources,
-)
+from deploy_suite.inputs import Prepared, verify_sources
 from deploy_suite.settings import Settings
+from deploy_suite.workload import Workload
+from deploy_suite.workspace import PreviousDeployment, own_directory_ledger, release_deployment_lock
 
 
 @dataclass(frozen=True)
@@ -200,11 +195,12 @@ class RunState:
         if record.kind == "mutate":
             self.save()
 
-    def save(self) -> bool:
-        """Write the ledger now (a no-op until the deployment directory exists)."""
+    def save(self, *, check_schema: bool = False) -> bool:
+        """Write the ledger now (a no-op until the deployment directory exists); ``check_schema``
+        validates it first, which ``end_step`` and ``finish`` ask for (see ``deploy_suite.ledger``)."""
         self.ledger.data["status"] = self.status()
         self.ledger.data["current_step"] = self.current_step()
-        return self.ledger.save()
+        return self.ledger.save(check_schema=check_schema)
 
     # --- step 1 ---------------------------------------------------------------------------------
 
@@ -294,7 +290,7 @@ class RunState:
             if earlier is not None:
                 self.attach_directory(self.settings.deploy_root, True, earlier)
 
-    # --- lifecycle, driven by plugins/ledger.py -------------------------------------------------
+    # --- lifecycle, driven by deploy_suite.pytest_plugin.ledger ----------------------------------
 
     def begin_step(self, name: str) -> None:
         entry = self.ledger.step(name)
@@ -318,7 +314,7 @@ class RunState:
             self.stopped = (name, reason or outcome)
         if self.current == name:
             self.current = None
-        self.save()
+        self.save(check_schema=True)
 
     def skip_step(self, name: str, reason: str) -> None:
         self.end_step(name, "skipped", reason)
@@ -369,7 +365,7 @@ class RunState:
         session["exit_status"] = int(exit_status) if not problems else max(int(exit_status), 1)
         self.current = None
         try:
-            self.save()
+            self.save(check_schema=True)
         finally:
             # After the last ledger write: the next run of this iteration may start now.
             release_deployment_lock(self.settings.deploy_root)

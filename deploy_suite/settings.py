@@ -2,9 +2,10 @@
 
 The idea is kopf's ``OperatorSettings``: grouped dataclasses with documented defaults, built in
 one place and passed down explicitly, so no step reads pytest options or the environment. The
-pytest side (``plugins/options.py``) only collects raw values; everything that can be judged
-without opening an input file is judged here, so an option-level mistake is refused before any
-directory exists. File contents (hashes, YAML) are judged by ``deploy_suite.inputs`` in step 1.
+pytest side (``deploy_suite.pytest_plugin.options``) only collects raw values; everything that
+can be judged without opening an input file is judged here, so an option-level mistake is
+refused before any directory exists. File contents (hashes, YAML) are judged in step 1
+(``deploy_suite.inputs``).
 
 Precedence: command-line value > handoff file value > documented default. Relative paths on the
 command line are relative to the invocation directory; relative paths in a handoff file are
@@ -31,15 +32,14 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 @dataclass(frozen=True)
 class Timeouts:
-    """Bounds of every wait in later steps, in seconds (or attempts); defaults follow the spec."""
+    """Bounds of every wait in later steps, in seconds (or attempts). The Job, retire and smoke
+    defaults are the bounds of the reference procedure, ``bench/reference_procedure.sh``."""
 
-    job_download_s: float = 6000.0  # spec: 200 polls x 30 s
-    job_validate_s: float = 3600.0  # spec: 120 polls x 30 s
-    job_poll_interval_s: float = 30.0  # only a fallback: waits are watch-based
-    retire_s: float = 600.0  # spec: delete --wait --timeout=10m, then pod wait 10m
+    job_download_s: float = 6000.0  # 200 polls x 30 s
+    job_validate_s: float = 3600.0  # 120 polls x 30 s
+    retire_s: float = 600.0  # delete --wait --timeout=10m, then the pods' wait of 10m
     pvc_bound_s: float = 600.0  # model-cache PVC (Immediate binding) to reach Bound
-    readiness_s: float = 1200.0  # reference `kubectl wait ... --timeout=1200s`
-    readiness_poll_s: float = 15.0  # a pod Pending longer than this gets its events triaged
+    readiness_s: float = 1200.0  # DGD Ready, every pod ready, the frontend Service present
     smoke_reach_attempts: int = 30  # gate 1: 30 x 2 s for the port-forward to answer
     smoke_reach_interval_s: float = 2.0
     smoke_models_attempts: int = 30  # gate 2: 30 x 10 s for the served model to be listed
@@ -77,7 +77,6 @@ class Settings:
     kubeconfig: Path | None = None
     keep_on_failure: bool = False
     review_id: str | None = None
-    handoff: Path | None = None
     timeouts: Timeouts = field(default_factory=Timeouts)
 
     @property
@@ -132,7 +131,7 @@ _KEY_TO_OPTION = {v: k for k, v in OPTION_KEYS.items()}
 _EXTRA_HANDOFF_KEYS = ("review_id", "timeouts", "iter")
 
 
-def option_for(key: str) -> str:
+def _option_for(key: str) -> str:
     return _KEY_TO_OPTION.get(key, key)
 
 
@@ -187,10 +186,10 @@ def build_settings(
         """Value, the directory its relative paths are relative to, and where it came from."""
         value = cli.get(key)
         if value is not None:
-            return value, invocation_dir, option_for(key)
+            return value, invocation_dir, _option_for(key)
         if key in handoff and handoff[key] is not None:
-            return handoff[key], handoff_dir, f"{option_for(key)} (from handoff key {key!r})"
-        return None, invocation_dir, option_for(key)
+            return handoff[key], handoff_dir, f"{_option_for(key)} (from handoff key {key!r})"
+        return None, invocation_dir, _option_for(key)
 
     iteration = _iteration(*pick("iteration"))
     provenance = _provenance(pick("provenance"), iteration)
@@ -243,7 +242,6 @@ def build_settings(
         kubeconfig=kubeconfig,
         keep_on_failure=_flag(*pick("keep_on_failure")[::2]),
         review_id=_optional_text(handoff.get("review_id"), "handoff key 'review_id'"),
-        handoff=handoff_path,
         timeouts=_timeouts(cli, handoff.get("timeouts")),
     )
 
@@ -381,7 +379,8 @@ def _timeouts(cli: Mapping[str, Any], handoff_value: Any) -> Timeouts:
     for option, key in TIMEOUT_OPTIONS.items():
         if cli.get(key) is not None:
             value = cli[key]
-            if isinstance(value, str):  # the command line gives text (no argparse type: see plugins/options.py)
+            # The command line gives text (no argparse type: see deploy_suite.pytest_plugin.options).
+            if isinstance(value, str):
                 try:
                     value = float(value)
                 except ValueError:

@@ -1,42 +1,50 @@
 """Step 7: the OpenAI-compatible smoke test through a port-forward we own.
 
-Three gates, as the spec writes them: reachability (any HTTP answer from ``/v1/models``, bound
-30 x 2 s), model listed (``/v1/models`` lists the served model, bound 30 x 10 s, body saved to
-``smoke/models_body.json``) and chat (exactly the spec's request, body saved to
-``smoke/api_body.json``; success only if ``object == "chat.completion"``, ``choices`` is a
-non-empty array and there is no ``error``). The bounds are the spec's; inside them we retry with
-a short capped backoff instead of the reference's fixed 2 s / 10 s sleeps, so the harness reacts
-as soon as the frontend does. The port-forward is re-established if it dies mid-test, and is
-always stopped. ``smoke_test_artifact.json`` holds ``api_request``, ``api_response``, ``success``
-(1 or 0) and both HTTP codes.
+:func:`plan` decides what to test (the served model, whether the worker needs the direct-routing
+header, the endpoint); :func:`run` runs the three gates and returns a :class:`SmokeResult` that
+records itself in the ledger. The gates, as ``README.md`` lists them: reachability (any HTTP
+answer from ``/v1/models``, bound 30 x 2 s), model listed (``/v1/models`` lists the served model,
+bound 30 x 10 s, body saved to ``smoke/models_body.json``) and chat (one fixed request, body
+saved to ``smoke/api_body.json``; success only if ``object == "chat.completion"``, ``choices`` is
+a non-empty array and there is no ``error``). Inside the bounds we retry with a short capped
+backoff instead of fixed 2 s / 10 s sleeps, so the harness reacts as soon as the frontend does.
+The port-forward is re-established if it dies mid-test, and is always stopped.
+``smoke_test_artifact.json`` holds ``api_request``, ``api_response``, ``success`` (1 or 0) and
+both HTTP codes.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
-from deploy_suite import clock
-from deploy_suite.errors import SuiteError, WaitTimeout
-from deploy_suite.kube import Kube, Obj, PortForward
-from deploy_suite.ledger import atomic_write_text
+from deploy_suite import clock, dgd, podspec, yamlio
+from deploy_suite.constants import LABEL_COMPONENT_TYPE, LABEL_DGD_NAME
+from deploy_suite.errors import StepBlocked, StepFailure, SuiteError, WaitTimeout
+from deploy_suite.kube import Kube, Obj
+from deploy_suite.ledger import Ledger, atomic_write_text
+from deploy_suite.runstate import RunState
+from deploy_suite.settings import DEFAULT_SMOKE_PROMPT
+from deploy_suite.validate import Preflight
 
-DEFAULT_PROMPT = "Simply output the phrase: NVIDIA Dynamo"
+DEFAULT_PROMPT = DEFAULT_SMOKE_PROMPT
 DIRECT_HEADER = "x-dynamo-worker-instance-id"
 _INSTANCE_ID = re.compile(
     r"(?:instance[_ -]?id|worker[_ -]?id)[\"']?\s*[=:]\s*[\"']?(0x[0-9a-fA-F]+|[0-9]+|[0-9a-fA-F]{8,16})\b")
+_BODIES = ("models_body.json", "api_body.json")
+ARTIFACT = "smoke_test_artifact.json"
 
 
 @dataclass(frozen=True)
 class SmokeSettings:
-    """Bounds from the spec (seconds); ``backoff_cap`` is how often we look inside them."""
+    """Bounds of the gates (seconds); ``backoff_cap`` is how often we look inside them."""
 
     reach_attempts: int = 30
     reach_interval: float = 2.0
@@ -58,8 +66,25 @@ class Endpoint:
                 "worker_instance_id": self.worker_instance_id}
 
 
+@dataclass(frozen=True)
+class SmokePlan:
+    """What step 7 tests, decided before any HTTP request."""
+
+    namespace: str
+    dgd_name: str
+    served_model: str
+    direct_routing: bool
+    endpoint: Endpoint
+    deploy_root: Path
+    prompt: str = DEFAULT_PROMPT
+    settings: SmokeSettings = field(default_factory=SmokeSettings)
+    kubectl: str = "kubectl"
+
+
 @dataclass
 class SmokeResult:
+    """What the gates found; records the ``endpoint``, ``served_model`` and ``smoke`` sections."""
+
     success: int = 0
     models_http_code: int | None = None
     api_http_code: int | None = None
@@ -69,10 +94,113 @@ class SmokeResult:
     diagnosis: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     port_forward_restarts: int = 0
+    endpoint: Endpoint | None = None
+    served_model: str | None = None
+    artifact_path: str = ""  # EXP_ROOT-relative, set by run()
+    body_paths: list[str] = field(default_factory=list)  # EXP_ROOT-relative bodies that exist
 
     def artifact(self) -> dict[str, Any]:
         return {"api_request": self.api_request, "api_response": self.api_response, "success": self.success,
                 "models_http_code": self.models_http_code, "api_http_code": self.api_http_code}
+
+    def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        ledger.set_section("endpoint", self.endpoint.as_dict() if self.endpoint is not None else None)
+        ledger.set_section("served_model", self.served_model)
+        ledger.set_section("smoke", {
+            "success": self.success, "models_http_code": self.models_http_code,
+            "api_http_code": self.api_http_code, "gate": self.gate, "diagnosis": self.diagnosis,
+            "timings": self.timings, "port_forward_restarts": self.port_forward_restarts,
+            "artifact": self.artifact_path, "bodies": list(self.body_paths)})
+        return {"success": self.success, "gate": self.gate or "all passed", **self.timings}
+
+
+class Forwarding(Protocol):
+    """What the smoke test needs of a running ``kubectl port-forward`` (``Kube.port_forward``)."""
+
+    @property
+    def local_port(self) -> int | None: ...
+
+    def wait_ready(self, timeout: float) -> int: ...
+
+    def alive(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
+# --- step 7's two calls ------------------------------------------------------------------------
+
+
+def plan(run: RunState, kube: Kube) -> SmokePlan:
+    """The served model, direct routing and the endpoint; the deploy copy is parsed once, here.
+
+    The served model is ``--served-model``, else what step 2 found, else the DGD's first worker's;
+    without one nothing can be tested (a blocker, not a failure).
+    """
+    path = run.manifests["deploy"]
+    documents = yamlio.load_all(path)
+    model = dgd.from_documents(documents, str(path))
+    preflight = run.result(Preflight)
+    served = run.settings.served_model or (preflight.served_model if preflight else None) or next(
+        (c.served_model for c in model.components if c.is_worker and c.served_model), None)
+    if not served:
+        raise StepBlocked("served-model", "no served model name found in the DGD", "pass --served-model NAME")
+    direct = direct_routing(model, documents)
+    endpoint = find_endpoint(kube, run.namespace, model.name, direct,
+                             preflight.frontend_service if preflight else None)
+    t = run.settings.timeouts
+    return SmokePlan(
+        namespace=run.namespace, dgd_name=model.name, served_model=served, direct_routing=direct,
+        endpoint=endpoint, deploy_root=run.deploy_root, prompt=run.settings.smoke_prompt,
+        settings=SmokeSettings(t.smoke_reach_attempts, t.smoke_reach_interval_s, t.smoke_models_attempts,
+                               t.smoke_models_interval_s, t.smoke_request_timeout_s),
+        kubectl=shutil.which("kubectl") or "kubectl")
+
+
+def run(run: RunState, kube: Kube, plan: SmokePlan, transport: httpx.BaseTransport | None = None) -> SmokeResult:
+    """The three gates; a result that did not pass all three fails the step (recorded first)."""
+    result = run_smoke(kube, plan.endpoint, plan.namespace, plan.served_model, plan.deploy_root, plan.prompt,
+                       plan.settings, on_progress=run.progress, kubectl=plan.kubectl, transport=transport)
+    result.artifact_path = run.rel(plan.deploy_root / ARTIFACT)
+    result.body_paths = [run.rel(plan.deploy_root / "smoke" / n) for n in _BODIES
+                         if (plan.deploy_root / "smoke" / n).exists()]
+    if not result.success:
+        raise StepFailure(f"smoke test failed at the {result.gate} gate: {result.diagnosis}", "smoke",
+                          evidence=result.body_paths, result=result)
+    return result
+
+
+# --- what to test --------------------------------------------------------------------------------
+
+
+def direct_routing(model: dgd.Dgd, documents: Sequence[Any]) -> bool:
+    """Whether requests must name a worker (``--router-mode direct`` / ``DYN_ROUTER_MODE=direct``).
+
+    The DGD model reads only each component's ``main`` container; direct-routing *sidecars* (the
+    gaie frontend) need the instance id too, so every container-shaped mapping is looked at.
+    """
+    if any(c.flag("--router-mode") == "direct" or any(e.name == "DYN_ROUTER_MODE" and e.value == "direct"
+                                                      for e in c.env) for c in model.components):
+        return True
+    for container in (c for doc in documents for c in _containers(doc)):
+        env = {str(e.get("name")): str(e.get("value")) for e in container.get("env") or []
+               if isinstance(e, dict) and "value" in e}
+        tokens = podspec.split_args([str(t) for t in [*(container.get("command") or []),
+                                                  *(container.get("args") or [])]], env)
+        if podspec.flag_value(tokens, ["--router-mode"]) == "direct" or env.get("DYN_ROUTER_MODE") == "direct":
+            return True
+    return False
+
+
+def _containers(node: Any) -> Iterator[dict[str, Any]]:
+    """Every container-shaped mapping (name + command/args/env) anywhere in the manifest."""
+    if isinstance(node, dict):
+        if "name" in node and any(k in node for k in ("command", "args", "env")):
+            yield node
+        for value in node.values():
+            yield from _containers(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _containers(value)
 
 
 def parse_instance_id(log_text: str) -> int | None:
@@ -89,7 +217,7 @@ def parse_instance_id(log_text: str) -> int | None:
 
 
 def chat_request(served_model: str, prompt: str) -> dict[str, Any]:
-    """Exactly the spec's request body."""
+    """The one chat request of gate 3 (fixed fields, so runs compare)."""
     return {"model": served_model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 100,
             "temperature": 0}
 
@@ -99,9 +227,9 @@ def find_endpoint(kube: Kube, namespace: str, dgd_name: str, direct_routing: boo
     """A frontend Service when there is one; otherwise (gaie) a ready worker pod's port 8000."""
     if frontend_service and kube.get_or_none("Service", frontend_service, namespace) is not None:
         return Endpoint("service", f"svc/{frontend_service}")
-    pods, _ = kube.list_items("Pod", namespace, label_selector=f"nvidia.com/dynamo-graph-deployment-name={dgd_name}")
+    pods, _ = kube.list_items("Pod", namespace, label_selector=f"{LABEL_DGD_NAME}={dgd_name}")
     workers = sorted((p for p in pods if _is_ready(p) and (p["metadata"].get("labels") or {}).get(
-        "nvidia.com/dynamo-component-type") in {"worker", "decode", "main"}), key=lambda p: p["metadata"]["name"])
+        LABEL_COMPONENT_TYPE) in {"worker", "decode", "main"}), key=lambda p: p["metadata"]["name"])
     if not workers:
         raise SuiteError(f"no frontend Service and no ready worker pod for DGD {dgd_name} in {namespace}")
     pod = workers[0]
@@ -119,6 +247,9 @@ def _is_ready(pod: Obj) -> bool:
                for c in (pod.get("status") or {}).get("conditions") or [])
 
 
+# --- the gates -----------------------------------------------------------------------------------
+
+
 def _write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
@@ -129,7 +260,7 @@ class _Forward:
 
     def __init__(self, kube: Kube, endpoint: Endpoint, namespace: str, kubectl: str) -> None:
         self.kube, self.endpoint, self.namespace, self.kubectl = kube, endpoint, namespace, kubectl
-        self.pf: PortForward | None = None
+        self.pf: Forwarding | None = None
         self.restarts = -1
 
     def url(self, timeout: float) -> str:
@@ -148,25 +279,28 @@ class _Forward:
             self.pf.stop()
 
 
-def _pause(seconds: float, stop: threading.Event | None = None) -> None:
-    # Between HTTP probes (there is nothing to watch over HTTP): bounded, short, interruptible.
-    (stop or threading.Event()).wait(seconds)
+def _pause(seconds: float, deadline: float) -> None:
+    # Between HTTP probes (there is nothing to watch over HTTP): bounded and short.
+    clock.sleep(min(seconds, max(0.0, deadline - clock.monotonic())))
 
 
 def run_smoke(kube: Kube, endpoint: Endpoint, namespace: str, served_model: str, deploy_root: Path,
               prompt: str = DEFAULT_PROMPT, settings: SmokeSettings | None = None,
-              on_progress: Callable[[str], None] | None = None, kubectl: str = "kubectl") -> SmokeResult:
+              on_progress: Callable[[str], None] | None = None, kubectl: str = "kubectl",
+              transport: httpx.BaseTransport | None = None) -> SmokeResult:
+    """The three gates against ``endpoint``; ``transport`` replaces the network (unit tests)."""
     s = settings or SmokeSettings()
-    result = SmokeResult(api_request=chat_request(served_model, prompt))
+    result = SmokeResult(api_request=chat_request(served_model, prompt), endpoint=endpoint,
+                         served_model=served_model)
     smoke_dir = deploy_root / "smoke"
     smoke_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("models_body.json", "api_body.json"):
+    for stale in _BODIES:
         (smoke_dir / stale).unlink(missing_ok=True)  # a stale body must never satisfy a gate
     progress = on_progress or (lambda _m: None)
     fwd = _Forward(kube, endpoint, namespace, kubectl)
     started = clock.monotonic()
     try:
-        with httpx.Client(timeout=httpx.Timeout(10.0, read=s.chat_timeout)) as http:
+        with httpx.Client(timeout=httpx.Timeout(10.0, read=s.chat_timeout), transport=transport) as http:
             # Gate 1: reachability; any HTTP answer means the forward works.
             base = _gate_reach(http, fwd, s, result, progress)
             result.timings["reachable_s"] = round(clock.monotonic() - started, 3)
@@ -180,7 +314,7 @@ def run_smoke(kube: Kube, endpoint: Endpoint, namespace: str, served_model: str,
                 return _finish(result, deploy_root, "model-listed", f"served model {served_model!r} never listed "
                                f"within {s.list_attempts} x {s.list_interval:.0f}s (last code "
                                f"{result.models_http_code})")
-            # Gate 3: one chat completion, exactly the spec's request.
+            # Gate 3: one chat completion.
             headers = {"Content-Type": "application/json"}
             if endpoint.worker_instance_id is not None:
                 headers[DIRECT_HEADER] = str(endpoint.worker_instance_id)
@@ -214,7 +348,7 @@ def _gate_reach(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: Smo
             return base
         except (httpx.HTTPError, WaitTimeout) as exc:
             progress(f"smoke: waiting for the port-forward ({type(exc).__name__})")
-        _pause(min(delay, max(0.0, deadline - clock.monotonic())))
+        _pause(delay, deadline)
         delay = min(delay * 2, s.backoff_cap)
     return None
 
@@ -229,7 +363,9 @@ def _gate_listed(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: Sm
             result.models_http_code = resp.status_code
             (smoke_dir / "models_body.json").write_bytes(resp.content)
             if 200 <= resp.status_code < 300:
-                ids = [m.get("id") for m in (resp.json().get("data") or []) if isinstance(m, dict)]
+                listing = resp.json()
+                data = listing.get("data") if isinstance(listing, dict) else None
+                ids = [m.get("id") for m in data or [] if isinstance(m, dict)]
                 if served_model in ids:
                     return True
                 progress(f"smoke: /v1/models lists {ids or 'nothing'}; waiting for {served_model}")
@@ -237,7 +373,7 @@ def _gate_listed(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: Sm
                 progress(f"smoke: /v1/models answered {resp.status_code}")
         except (httpx.HTTPError, ValueError, WaitTimeout) as exc:
             progress(f"smoke: /v1/models not answering ({type(exc).__name__}); re-establishing")
-        _pause(min(delay, max(0.0, deadline - clock.monotonic())))
+        _pause(delay, deadline)
         delay = min(delay * 2, s.backoff_cap)
     return False
 
@@ -266,5 +402,5 @@ def _judge(result: SmokeResult, body: Any, deploy_root: Path, endpoint: Endpoint
 def _finish(result: SmokeResult, deploy_root: Path, gate: str, diagnosis: str) -> SmokeResult:
     result.gate = gate
     result.diagnosis = diagnosis
-    _write_json(deploy_root / "smoke_test_artifact.json", result.artifact())
+    _write_json(deploy_root / ARTIFACT, result.artifact())
     return result

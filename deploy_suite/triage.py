@@ -1,7 +1,7 @@
 """Pending-pod and container-failure triage, from the scheduler's own words.
 
-The spec's rule: a Pending pod is triaged from its scheduler events, not from a free-GPU count,
-and each category has a different correct action:
+The rule (README.md, step 6 readiness): a Pending pod is triaged from its scheduler events, not
+from a free-GPU count, and each category has a different correct action:
 
 * ``failed-deploy``: untolerated taint, node affinity/selector mismatch, or a request no eligible
   node could ever hold. The manifest can never schedule as written: record a failed attempt and
@@ -10,8 +10,8 @@ and each category has a different correct action:
 * ``dependency``: unbound PVC, quota or admission errors. Neither waiting nor a rewrite helps.
 * ``crash``: CrashLoopBackOff, ImagePullBackOff, ErrImagePull: a failed attempt.
 
-The result says whether waiting can help (kopf's temporary/permanent split), which the
-readiness wait obeys. Pure logic: events and nodes come in as plain JSON dicts.
+The result says whether waiting can help (``can_wait``), which the waits that triage pending
+pods obey (``deploy_suite.conditions``). Pure logic: events and nodes come in as plain JSON dicts.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploy_suite.dgd import Taint, Toleration, pod_gpus
+from deploy_suite.constants import GPU_RESOURCE
+from deploy_suite.scheduling import Taint, Toleration, pod_gpus
 
 Obj = Mapping[str, Any]
 
@@ -37,7 +38,8 @@ _NEVER = (
     "didn't match node selector", "didn't match pod anti-affinity", "didn't match pod affinity",
     "didn't satisfy existing pods anti-affinity", "were unschedulable", "had volume node affinity conflict",
 )
-_CAPACITY = re.compile(r"Insufficient ([\w./-]+)")
+# The resource name, without the sentence's full stop ("2 Insufficient nvidia.com/gpu. no new ...").
+_CAPACITY = re.compile(r"Insufficient ([\w./-]*[\w-])")
 _DEPENDENCY = (
     "unbound immediate persistentvolumeclaims", "persistentvolumeclaim", "didn't find available persistent volumes",
     "exceeded quota", "admission webhook", "is forbidden", "forbidden:",
@@ -61,7 +63,7 @@ class Verdict:
 
 
 def _pod_gpus(pod: Obj) -> int:
-    return pod_gpus(pod.get("spec") or {}, "nvidia.com/gpu") or 0
+    return pod_gpus(pod.get("spec") or {}, GPU_RESOURCE) or 0
 
 
 def _tolerations(pod: Obj) -> list[Toleration]:
@@ -117,7 +119,7 @@ def triage_pending(pod: Obj, events: Sequence[Obj], nodes: Sequence[Obj] | None 
     if nodes is not None and capacity:
         # "Insufficient" also covers a request no node could ever hold: 9 GPUs on 8-GPU nodes.
         eligible = [n for n in nodes if _selector_fits(pod, n) and not untolerated_taints(pod, [n])]
-        biggest = max((int(str((n.get("status") or {}).get("allocatable", {}).get("nvidia.com/gpu", 0)))
+        biggest = max((int(str((n.get("status") or {}).get("allocatable", {}).get(GPU_RESOURCE, 0)))
                        for n in eligible), default=0)
         if gpus > biggest:
             return Verdict(FAILED_DEPLOY, f"pod {name} asks {gpus} GPUs but no eligible node has more than "

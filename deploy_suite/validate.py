@@ -1,13 +1,17 @@
 """Step 2: read-only validation of the assigned DGD before anything is mutated.
 
-Checks run in the spec's order, pinned to the workload's context through :class:`Kube`:
-namespace, CRD gate, advisory storage-class and node reads, cluster-compatibility patches of the
-run-scoped copies, a server-side dry-run of every document, secrets (by name, metadata only),
+Checks run in the order of ``README.md`` (step 2), pinned to the workload's context through
+:class:`Kube`: namespace, CRD gate, advisory storage-class and node reads, cluster-compatibility
+patches of the run-scoped copies, a server-side dry-run of every document, secrets (by name, metadata only),
 PVCs, storage classes, image tags, the workload's policy (``resources.pinned``,
 ``resources.gpu_ceiling``) and GPU capacity. Every failed gate becomes a blocker; ``Forbidden``
 on an advisory cluster-scope read becomes a run limitation. Nothing here creates, updates or
 deletes a cluster object: the only writes are to the run-scoped copies under
-``applied_manifests/`` (compatibility patches the spec allows, recorded with their reason).
+``applied_manifests/`` (compatibility patches ``README.md`` allows, recorded with their reason).
+
+:func:`preflight` is step 2 as a whole: it gathers the run's inputs (baseline DGD, the
+experiment's other live GPUs, the ``--storage-class`` override, what step 3 will retire), runs
+every gate and returns a :class:`Preflight`, the typed result later steps read.
 """
 
 from __future__ import annotations
@@ -18,17 +22,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from deploy_suite import capacity as capacity_mod
-from deploy_suite import clock
-from deploy_suite.dgd import KNOBS, Dgd, Taint, parse_dgd, unknown_knobs
-from deploy_suite.errors import Forbidden, InputError, KubeError, NotFound
+from deploy_suite import clock, experiment, knobs, placement
+from deploy_suite.constants import (
+    DGD_GROUP,
+    DGD_KIND,
+    DGD_PLURAL,
+    GPU_RESOURCE,
+    GPU_TAINT_KEY,
+    LABEL_DGD_NAME,
+)
+from deploy_suite.dgd import Dgd, from_documents
+from deploy_suite.errors import Forbidden, KubeError, NotFound, StepBlocked
 from deploy_suite.kube import Kube, Obj
-from deploy_suite.ledger import atomic_write_text
+from deploy_suite.ledger import Ledger, atomic_write_text
+from deploy_suite.runstate import RunState
+from deploy_suite.scheduling import BLOCKING_TAINT_EFFECTS, Taint
+from deploy_suite.workload import contract_dgd_candidates
+from deploy_suite.yamlio import dump_all, load_all
 
-DGD_CRD = "dynamographdeployments.nvidia.com"
-GPU_TAINT_KEY = "nvidia.com/gpu"
+DGD_CRD = f"{DGD_PLURAL}.{DGD_GROUP}"
+STEP = "step2_validate"
 # Image tags that are clearly not a release: unresolved templating or documentation placeholders.
 _PLACEHOLDER_TAG = re.compile(r"(\$\{?[A-Za-z_]+\}?|<[^>]*>|^my-tag$|^your-tag$|^TAG$|^tag$|^placeholder$)")
 _PLACEHOLDER_CLASS = re.compile(r"(\$\{?[A-Za-z_]+\}?|<[^>]*>|your-storage-class|storage-class-name|changeme|^$)",
@@ -137,14 +151,11 @@ def referenced_claims(docs: list[Obj], dgd: Dgd) -> set[str]:
 
 
 def _load_docs(path: Path, display: str) -> list[Obj]:
-    try:
-        return [d for d in yaml.safe_load_all(path.read_text()) if d]
-    except yaml.YAMLError as exc:
-        raise InputError(display, f"not valid YAML: {str(exc).splitlines()[0]}", "fix the manifest syntax") from exc
+    return [d for d in load_all(path, display, "fix the manifest syntax") if d]
 
 
 def _dump_docs(path: Path, docs: list[Obj]) -> None:
-    atomic_write_text(path, yaml.safe_dump_all(docs, sort_keys=False))
+    atomic_write_text(path, dump_all(docs))
 
 
 def _image_tag(image: str) -> str:
@@ -166,7 +177,9 @@ class Validator:
     def run(self) -> ValidationReport:
         inp, rep = self.inp, self.report
         deploy_display = _rel(inp.deploy_path, inp.display_root)
-        dgd = parse_dgd(inp.deploy_path.read_text(), deploy_display)
+        # The deploy copy is read once: the model, the patches and the dry-run share the documents.
+        docs = {"deploy": _load_docs(inp.deploy_path, deploy_display)}
+        dgd = from_documents(docs["deploy"], deploy_display)
         rep.dgd_name = dgd.name
         rep.gpus_requested = dgd.total_gpus()
         rep.served_model = next((c.served_model for c in dgd.components if c.is_worker and c.served_model), None)
@@ -176,11 +189,10 @@ class Validator:
             return rep  # every later check reads inside the namespace
         self.check_crd()
         self.advisory_reads()
-        docs = {"deploy": _load_docs(inp.deploy_path, deploy_display)}
         for kind, path in inp.support_paths.items():
             docs[kind] = _load_docs(path, _rel(path, inp.display_root))
         self.compatibility_patches(dgd, docs)
-        dgd = parse_dgd(inp.deploy_path.read_text(), deploy_display)  # after patches
+        dgd = from_documents(docs["deploy"], deploy_display)  # the patched documents, as written
         self.dry_run(docs)
         self.check_secrets(docs)
         self.check_claims(docs, dgd)
@@ -239,7 +251,7 @@ class Validator:
             self.report.limitations.append("storageclass list forbidden for this identity")
             self.ev["storage_classes"] = "forbidden"
         try:
-            self.nodes = self.kube.list_items("Node", slim=capacity_slim_node)[0]
+            self.nodes = self.kube.list_items("Node", slim=placement.slim_node)[0]
             self.ev["nodes"] = len(self.nodes)
         except Forbidden:
             self.report.limitations.append("node list forbidden for this identity: GPU capacity cannot be checked")
@@ -296,11 +308,11 @@ class Validator:
         if not self.nodes:
             return
         gpu_nodes = [n for n in self.nodes if int(str((n.get("status") or {}).get("allocatable", {})
-                                                       .get("nvidia.com/gpu", "0")) or 0) > 0]
+                                                       .get(GPU_RESOURCE, "0")) or 0) > 0]
         gpu_taints = {Taint(key=t.get("key", ""), value=t.get("value", ""), effect=t.get("effect", ""))
                       for n in gpu_nodes for t in (n.get("spec") or {}).get("taints") or []
-                      if t.get("key") == GPU_TAINT_KEY and t.get("effect") in {"NoSchedule", "NoExecute"}}
-        every_node_tainted = all(any(t.get("key") == GPU_TAINT_KEY and t.get("effect") in {"NoSchedule", "NoExecute"}
+                      if t.get("key") == GPU_TAINT_KEY and t.get("effect") in BLOCKING_TAINT_EFFECTS}
+        every_node_tainted = all(any(t.get("key") == GPU_TAINT_KEY and t.get("effect") in BLOCKING_TAINT_EFFECTS
                                      for t in (n.get("spec") or {}).get("taints") or []) for n in gpu_nodes)
         if not gpu_nodes or not gpu_taints or not every_node_tainted:
             return
@@ -312,7 +324,7 @@ class Validator:
         effects = sorted({t.effect for t in gpu_taints})
         tolerations = [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": e} for e in effects]
         for doc in docs["deploy"]:
-            if doc.get("kind") != "DynamoGraphDeployment":
+            if doc.get("kind") != DGD_KIND:
                 continue
             for comp in needing:
                 pod_spec = _component_pod_spec(doc, comp.name)
@@ -402,18 +414,18 @@ class Validator:
         if not pinned:
             self.ev["pinned"] = {}
             return
-        unknown = unknown_knobs(pinned)
+        unknown = knobs.unknown_knobs(pinned)
         for name in unknown:
             self.report.block("pinned", f"resources.pinned names knob {name!r}, which has no mapping to DGD fields "
-                              f"(known: {', '.join(sorted(KNOBS))})",
-                              "add a mapping for this knob to deploy_suite.dgd.KNOBS, or remove it from pinned")
+                              f"(known: {', '.join(sorted(knobs.KNOBS))})",
+                              "add a mapping for this knob to deploy_suite.knobs.KNOBS, or remove it from pinned")
         known = [p for p in pinned if p not in unknown]
         if self.inp.baseline_dgd_path is None or not known:
             self.ev["pinned"] = {"knobs": pinned, "baseline": None}
             return
-        baseline = parse_dgd(self.inp.baseline_dgd_path.read_text(),
-                             _rel(self.inp.baseline_dgd_path, self.inp.display_root))
-        before, after = baseline.knobs(known), dgd.knobs(known)
+        baseline_display = _rel(self.inp.baseline_dgd_path, self.inp.display_root)
+        baseline = from_documents(_load_docs(self.inp.baseline_dgd_path, baseline_display), baseline_display)
+        before, after = knobs.read(baseline, known), knobs.read(dgd, known)
         result: dict[str, Any] = {}
         for knob in known:
             same = before.get(knob) == after.get(knob)
@@ -439,7 +451,7 @@ class Validator:
             self.report.capacity = {"capacity": "unknown", "reasons": ["node list forbidden"]}
             return
         try:
-            pods = self.kube.list_items("Pod", None, slim=capacity_slim_pod,
+            pods = self.kube.list_items("Pod", None, slim=placement.slim_pod,
                                         field_selector="status.phase!=Succeeded,status.phase!=Failed")[0]
         except Forbidden:
             self.report.limitations.append("cluster-wide pod list forbidden: GPUs held by other pods are unknown")
@@ -449,7 +461,7 @@ class Validator:
             # Step 3 deletes the previous iteration's DGD before the apply: its GPUs will be free.
             r_ns, r_name = self.inp.retiring
             pods = [p for p in pods if not (p["metadata"].get("namespace") == r_ns and (p["metadata"].get("labels")
-                    or {}).get("nvidia.com/dynamo-graph-deployment-name") == r_name)]
+                    or {}).get(LABEL_DGD_NAME) == r_name)]
         result = capacity_mod.check_capacity(dgd, self.nodes, pods, namespace=self.inp.namespace)
         self.report.capacity = result.to_dict()
         self.report.warnings.extend(result.warnings)
@@ -471,29 +483,82 @@ def _component_pod_spec(doc: Obj, name: str) -> dict[str, Any] | None:
     return None
 
 
-def capacity_slim_node(node: Obj) -> Obj:
-    """Keep what placement needs of a Node: a 5,000-node list stays small in memory."""
-    meta = node.get("metadata") or {}
-    return {"metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {}},
-            "spec": {k: v for k, v in (node.get("spec") or {}).items() if k in {"taints", "unschedulable"}},
-            "status": {k: v for k, v in (node.get("status") or {}).items() if k in {"allocatable", "capacity"}}}
-
-
-def capacity_slim_pod(pod: Obj) -> Obj:
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    keep = {"nodeName", "containers", "initContainers", "affinity", "overhead"}
-    slim_spec = {k: v for k, v in spec.items() if k in keep}
-    for key in ("containers", "initContainers"):
-        if key in slim_spec:
-            slim_spec[key] = [{"name": c.get("name"), "resources": c.get("resources") or {},
-                               **({"restartPolicy": c["restartPolicy"]} if "restartPolicy" in c else {})}
-                              for c in slim_spec[key]]
-    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
-                         "labels": meta.get("labels") or {}},
-            "spec": slim_spec, "status": {"phase": (pod.get("status") or {}).get("phase")}}
-
-
 def validate(kube: Kube, inputs: ValidationInputs) -> ValidationReport:
     """Run every step-2 gate; the report's blockers decide whether the run may mutate anything."""
     return Validator(kube, inputs).run()
+
+
+# --------------------------------------------------------------------------------------------
+# Step 2 as a whole: the run's inputs in, a typed result out
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """Step 2's result: the validation report, and what later steps read of it.
+
+    ``served_model`` is ``--served-model`` when given, else the workers' served model name;
+    ``frontend_service`` is the Service the operator creates for the frontend (None without one).
+    """
+
+    report: ValidationReport
+    served_model: str | None
+    frontend_service: str | None
+    other_live_dgds: list[str]
+    step: str = STEP
+
+    def record(self, ledger: Ledger) -> dict[str, Any]:
+        """Patches, limitations and the step-2 sections; every blocker but the last, which stops the
+        step (:meth:`blocked`) and is recorded with it."""
+        rep = self.report
+        for patch in rep.patches:
+            ledger.add_patch(patch.file, patch.change, patch.reason)
+        for limitation in rep.limitations:
+            ledger.add_limitation(limitation)
+        capacity = (rep.capacity or {}).get("capacity")
+        ledger.set_section("gpus_requested", rep.gpus_requested)
+        ledger.set_section("frontend_service", self.frontend_service)
+        ledger.set_section("served_model", self.served_model)
+        ledger.set_section("capacity", rep.capacity)
+        ledger.set_section("preflight", {
+            **rep.evidence, "warnings": rep.warnings, "limitations": rep.limitations,
+            "other_live_dgds": self.other_live_dgds, "capacity": capacity,
+            "pinned_ok": not any(b.cls == "pinned" for b in rep.blockers),
+            "blockers": [b.cls for b in rep.blockers]})
+        for blocker in rep.blockers[:-1]:
+            ledger.add_blocker(self.step, blocker.cls, blocker.message, blocker.fix)
+        return {"capacity": capacity, "blockers": len(rep.blockers), "patches": len(rep.patches),
+                "warnings": rep.warnings}
+
+    def blocked(self) -> StepBlocked | None:
+        """The error that stops the run when a gate failed: the last blocker, counting the others."""
+        if not self.report.blockers:
+            return None
+        last, more = self.report.blockers[-1], len(self.report.blockers) - 1
+        message = last.message if not more else f"{last.message} (and {more} more blocker(s) in the ledger)"
+        return StepBlocked(last.cls, message, last.fix, result=self)
+
+
+def preflight(run: RunState, kube: Kube) -> Preflight:
+    """Step 2: every read-only gate against the run's inputs; raises :class:`StepBlocked` (carrying
+    the :class:`Preflight`, which the ledger plugin records) when any gate failed."""
+    prev = run.previous
+    baseline = next((p for p in contract_dgd_candidates(run.workload.dgd_path, run.exp_root) if p.is_file()), None)
+    live, live_names = experiment.other_live_gpus(run.exp_root, run.deploy_root, prev.root if prev else None)
+    workload = dict(run.workload.data)
+    if run.settings.storage_class:  # --storage-class overrides the workload's
+        workload["kubernetes"] = {**(workload.get("kubernetes") or {}), "storage_class": run.settings.storage_class}
+    manifests = run.manifests
+    report = validate(kube, ValidationInputs(
+        namespace=run.namespace, deploy_path=manifests["deploy"],
+        support_paths={k: v for k, v in manifests.items() if k != "deploy"},
+        baseline_dgd_path=baseline, workload=workload, display_root=run.exp_root,
+        # Only a DGD on this same cluster frees GPUs here when step 3 deletes it.
+        retiring=(prev.namespace, prev.dgd_name) if prev and prev.kube_context == kube.context else None,
+        other_live_gpus=live))
+    result = Preflight(report, run.settings.served_model or report.served_model, report.frontend_service,
+                       live_names, run.current or STEP)
+    stop = result.blocked()
+    if stop is not None:
+        raise stop
+    return result

@@ -109,6 +109,9 @@ def load_yaml_documents(real: Path, input_name: str, fix: str) -> list[Any]:
         text = real.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(input_name, "is not UTF-8 text", fix) from exc
+    except OSError as exc:  # a directory, or permissions changed since stat()
+        problem = f"cannot be read ({exc.strerror or exc})"
+        raise InputError(input_name, problem, "check the path and permissions") from exc
     return load_yaml_text(text, input_name, fix)
 
 

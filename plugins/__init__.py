@@ -1,6 +1,7 @@
-"""pytest plugins of the suite (options, ledger, report), loaded by the root ``conftest.py``.
+"""Where the suite's pytest plugins went: ``deploy_suite/pytest_plugin/`` (options, ledger, report,
+fixtures), inside the installed package.
 
-Not installed with the package: they are the pytest side of the harness and only make sense in a
-checkout. Each one is inert unless the run deploys (``--iter`` or ``--handoff`` given), so the
-project's own ``pytest tests`` runs are unaffected.
+pytest loads them through the package's ``pytest11`` entry point, before it reads the command line,
+so ``pytest --iter=0 --exp-root /abs/exp ...`` works from any directory. Nothing is left to load
+from here: registering the same hooks a second time would run every step hook twice.
 """

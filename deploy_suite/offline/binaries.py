@@ -10,22 +10,19 @@ within seconds (short connect timeout) and we fall back to building.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import shutil
-import subprocess
 import tempfile
-import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from deploy_suite import clock
 from deploy_suite.errors import ClusterError
+from deploy_suite.offline import procs
 
 # Versions verified to build together from the proxy with Go 1.26 (see README, "Offline cluster").
 KUBERNETES_VERSION = "v1.36.1"
@@ -95,23 +92,13 @@ class BinarySet:
             os.access(self.path(b.name), os.X_OK) for b in BINARIES)
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)  # two `cluster up` at once must not build twice
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def ensure_binaries(log: Log = print, allow_download: bool = True) -> BinarySet:
     """Return the cached binaries, downloading or building what is missing."""
     target = BinarySet(bin_dir())
     if target.complete:
         return target
-    with _locked(target.directory.parent / f".{target.directory.name}.lock"):
+    # Two `cluster up` at once must not build twice: the second waits, then finds the binaries.
+    with procs.file_lock(target.directory.parent / f".{target.directory.name}.lock"):
         if target.complete:  # another process finished while we waited
             return target
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.directory.parent))
@@ -169,35 +156,25 @@ def _build(binaries: list[Binary], out: Path, log: Log) -> None:
         for name in ("go.mod", "go.sum"):
             shutil.copy2(GOMOD_DIR / name, work / name)
         env = {**os.environ, "CGO_ENABLED": "0", "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}
-        started = time.monotonic()
+        started = clock.monotonic()
         for b in binaries:
             _build_one(go, b, work, out, env, started, log)
-        log(f"built {len(binaries)} binaries in {time.monotonic() - started:.0f}s")
+        log(f"built {len(binaries)} binaries in {clock.monotonic() - started:.0f}s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def _build_one(go: str, b: Binary, work: Path, out: Path, env: dict[str, str], started: float,
                log: Log) -> None:
-    log(f"building {b.name} ({b.package}) ... [{time.monotonic() - started:.0f}s elapsed]")
+    def elapsed() -> str:
+        return f"[{clock.monotonic() - started:.0f}s elapsed]"
+
+    log(f"building {b.name} ({b.package}) ... {elapsed()}")
     cmd = [go, "build", "-trimpath", "-ldflags", _ldflags(), "-o", str(out / b.name), b.package]
-    with tempfile.TemporaryFile(mode="w+") as errlog:
-        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=errlog, stderr=subprocess.STDOUT)
-        stop = threading.Event()
-
-        def ticker() -> None:
-            # A long build prints progress, so a person knows it is alive (apiserver: many minutes).
-            while not stop.wait(30):
-                log(f"  still building {b.name} ... [{time.monotonic() - started:.0f}s elapsed]")
-
-        threading.Thread(target=ticker, daemon=True).start()
-        try:
-            rc = proc.wait()
-        finally:
-            stop.set()
-        if rc != 0:
-            errlog.seek(0)
-            tail = errlog.read()[-1500:]
-            raise ClusterError(f"go build of {b.name} failed (exit {rc}): {tail.strip()}; fix: check network "
-                               "access to the Go module proxy (GOPROXY) and the Go version (>= 1.26)")
-    log(f"built {b.name} [{time.monotonic() - started:.0f}s elapsed]")
+    # A long build prints progress, so a person knows it is alive (apiserver: many minutes).
+    done = procs.run(cmd, cwd=work, env=env, tied=True, every=30.0,
+                     heartbeat=lambda: log(f"  still building {b.name} ... {elapsed()}"))
+    if done.returncode != 0:
+        raise ClusterError(f"go build of {b.name} failed (exit {done.returncode}): {done.output[-1500:].strip()}; "
+                           "fix: check network access to the Go module proxy (GOPROXY) and the Go version (>= 1.26)")
+    log(f"built {b.name} {elapsed()}")

@@ -14,28 +14,19 @@ import contextlib
 import json
 import os
 import re
-import select
 import shutil
-import signal
-import socket
 import ssl
-import subprocess
 import sys
-import tempfile
-import threading
-import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from deploy_suite import clock
+from deploy_suite import clock, yamlio
 from deploy_suite.errors import ClusterError, Conflict, KubeError, WaitTimeout
 from deploy_suite.kube import Kube, Obj
-from deploy_suite.offline import binaries, dynamo_runtime, pools
+from deploy_suite.offline import binaries, dynamo_runtime, pools, procs, restart
+from deploy_suite.offline.procs import wait_exit as wait_exit  # tests wait on cluster processes by this name
 
 MARKER = "deploy-suite.json"
 MANIFESTS = Path(__file__).with_name("manifests")
@@ -88,37 +79,6 @@ class ClusterInfo:
         return asdict(self)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie is dead for our purposes.
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 class OfflineCluster:
     def __init__(self, name: str = "dev", pools_spec: str | Path = "default", kubeconfig: str | Path | None = None,
                  apiserver_port: int = 0, log: Log = print) -> None:
@@ -157,11 +117,11 @@ class OfflineCluster:
         """Live processes of this cluster: recorded pids whose command line names our directory."""
         mine = str(self.dir)
         return {k: p for k, p in self._pids().items()
-                if _pid_alive(p) and (mine in _cmdline(p) or k == CONTROLLERS)}
+                if procs.alive(p) and (mine in procs.cmdline(p) or k == CONTROLLERS)}
 
     def _dead_components(self) -> list[str]:
         """Control-plane processes recorded by kwokctl that are no longer running."""
-        return sorted(k for k, p in self._pids().items() if k != CONTROLLERS and not _pid_alive(p))
+        return sorted(k for k, p in self._pids().items() if k != CONTROLLERS and not procs.alive(p))
 
     def info(self) -> ClusterInfo:
         marker = self._marker() or {}
@@ -217,11 +177,11 @@ class OfflineCluster:
                 return self._report(self.status())
             raise ClusterError(f"stale state directory {self.dir}: the cluster's processes are not running; "
                                f"fix: run `deploy-suite cluster down --name {self.name}`, then `up` again")
-        if self.apiserver_port and not port_free(self.apiserver_port):
+        if self.apiserver_port and not procs.port_free(self.apiserver_port):
             raise ClusterError(f"port {self.apiserver_port} on 127.0.0.1 is in use; fix: pass a free "
                                "--apiserver-port, or 0 to pick one automatically")
         bins = binaries.ensure_binaries(self.log)
-        started = time.monotonic()
+        started = clock.monotonic()
         for attempt in (1, 2, 3):
             try:
                 self._create(bins)
@@ -238,7 +198,7 @@ class OfflineCluster:
                 self.down()
         self._ensure_controllers()
         info = self.status()
-        self.log(f"cluster {self.name} up in {time.monotonic() - started:.1f}s "
+        self.log(f"cluster {self.name} up in {clock.monotonic() - started:.1f}s "
                  f"({len(info.nodes)} nodes Ready)")
         return self._report(info)
 
@@ -276,15 +236,13 @@ class OfflineCluster:
             cmd += ["--kube-apiserver-port", str(self.apiserver_port)]
         self.log(f"starting cluster {self.name}: etcd, kube-apiserver, kube-controller-manager, "
                  "kube-scheduler, kwok-controller")
-        with tempfile.TemporaryFile(mode="w+") as out:
-            rc = subprocess.call(cmd, env=self._kwokctl_env(), stdout=out, stderr=subprocess.STDOUT)
-            if rc != 0:
-                out.seek(0)
-                tail = out.read()[-1500:].strip()
-                if self.dir.exists():
-                    self.marker_path.write_text(json.dumps({"name": self.name, "failed": True}))
-                raise ClusterError(f"kwokctl create cluster {self.name} failed (exit {rc}): {tail}; fix: see "
-                                   f"{self.dir / 'logs'}, then `deploy-suite cluster down --name {self.name}`")
+        done = procs.run(cmd, env=self._kwokctl_env(), tied=True)
+        if done.returncode != 0:
+            tail = done.output[-1500:].strip()
+            if self.dir.exists():
+                self.marker_path.write_text(json.dumps({"name": self.name, "failed": True}))
+            raise ClusterError(f"kwokctl create cluster {self.name} failed (exit {done.returncode}): {tail}; fix: "
+                               f"see {self.dir / 'logs'}, then `deploy-suite cluster down --name {self.name}`")
         self.marker_path.write_text(json.dumps({
             "name": self.name, "context": self.context, "kubeconfig": str(self.kubeconfig),
             "pools": self.pools_spec, "pools_source": str(pools.resolve(self.pools_spec).resolve()),
@@ -292,9 +250,7 @@ class OfflineCluster:
 
     def _write_kubeconfig(self) -> None:
         """Our own kubeconfig for this cluster, context ``offline-<name>``, written atomically."""
-        raw = yaml.safe_load((self.dir / "kubeconfig.yaml").read_text())
-        cluster = raw["clusters"][0]["cluster"]
-        user = raw["users"][0]["user"]
+        cluster, user = self._kwok_access()
         doc = {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
             "clusters": [{"name": self.context, "cluster": cluster}],
@@ -303,10 +259,7 @@ class OfflineCluster:
             "current-context": self.context,
         }
         self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.kubeconfig.with_name(f".{self.kubeconfig.name}.tmp")
-        tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
-        tmp.chmod(0o600)
-        tmp.replace(self.kubeconfig)
+        procs.write_atomic(self.kubeconfig, yamlio.dump(doc), mode=0o600)
 
     def _apply_layout(self, layout: pools.Layout, timeout: float) -> None:
         kube = self.kube()
@@ -326,24 +279,24 @@ class OfflineCluster:
             return not missing, f"{len(wanted & ready)}/{len(wanted)} nodes Ready" + (
                 f" (waiting for {', '.join(missing[:5])})" if missing else "")
 
-        deadline = time.monotonic() + timeout
+        deadline = clock.monotonic() + timeout
         while True:
             # Watch in short slices so that a component dying meanwhile (it stops producing node
             # events at all) is noticed within seconds, not at the end of the whole timeout.
             try:
                 kube.wait_for("Node", all_ready, awaited="all offline nodes Ready",
-                              timeout=max(0.1, min(5.0, deadline - time.monotonic())), label_selector="type=kwok")
+                              timeout=max(0.1, min(5.0, deadline - clock.monotonic())), label_selector="type=kwok")
                 return
             except WaitTimeout as exc:
                 dead = self._dead_components()
-                if dead or time.monotonic() >= deadline:
+                if dead or clock.monotonic() >= deadline:
                     why = f"{', '.join(dead)} exited" if dead else str(exc)
                     raise ClusterError(f"nodes never became Ready: {why}; fix: see "
                                        f"{self.dir / 'logs'}") from exc
 
     def _install_manifests(self, kube: Kube, timeout: float) -> None:
         """Our CRDs (DGD, DCD) and kwok's default stages, before any node or workload exists."""
-        crds = [d for d in yaml.safe_load_all((MANIFESTS / "crds.yaml").read_text()) if d]
+        crds = yamlio.load_all(MANIFESTS / "crds.yaml")
         for crd in crds:
             kube.apply(crd)
         wait_established(kube, [c["metadata"]["name"] for c in crds], timeout)
@@ -357,22 +310,18 @@ class OfflineCluster:
 
     def _ensure_controllers(self) -> None:
         pid = self._pids().get(CONTROLLERS)
-        if pid and _pid_alive(pid) and "deploy_suite.offline.controllers" in _cmdline(pid):
+        if pid and procs.alive(pid) and "deploy_suite.offline.controllers" in procs.cmdline(pid):
             return
-        with (self.dir / "logs" / f"{CONTROLLERS}.log").open("a") as log_file:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "deploy_suite.offline.controllers", "--kubeconfig", str(self.kubeconfig),
-                 "--context", self.context, "--cluster-dir", str(self.dir)],
-                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                cwd=self.dir)
-        # A daemon that outlives this process by design (like kwokctl's components); `down` stops
-        # it by pid. Marking it reaped keeps Popen from warning that it is still running.
-        proc.returncode = 0
-        (self.dir / "pids" / f"{CONTROLLERS}.pid").write_text(str(proc.pid))
+        log = self.dir / "logs" / f"{CONTROLLERS}.log"
+        proc = procs.spawn([sys.executable, "-m", "deploy_suite.offline.controllers", "--kubeconfig",
+                            str(self.kubeconfig), "--context", self.context, "--cluster-dir", str(self.dir)],
+                           log, log, cwd=self.dir)
+        # A daemon that outlives this process by design (like kwokctl's components); `down` stops it by pid.
+        (self.dir / "pids" / f"{CONTROLLERS}.pid").write_text(str(procs.detach(proc)))
 
     # ------------------------------------------------------------------ restart (fault injection)
     def restart_component(self, name: str, timeout: float = 90.0, hard: bool = False,
-                          grace: float = 5.0) -> ComponentRestart:
+                          grace: float = 5.0) -> restart.ComponentRestart:
         """Stop one of this cluster's processes and start it again exactly as it ran.
 
         ``name`` is a file stem under ``pids/``: ``etcd``, ``kube-apiserver``,
@@ -392,69 +341,19 @@ class OfflineCluster:
             raise ClusterError(f"cluster {self.name} has no running {name} process (known: "
                                f"{', '.join(sorted(self._pids())) or 'none'}); fix: `deploy-suite cluster up "
                                f"--name {self.name}`")
-        snap = _snapshot(pid)
-        stopped_at = time.monotonic()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
-        if not wait_exit(pid, 0.0 if hard else grace):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            if not wait_exit(pid, 10.0):
-                raise ClusterError(f"{name} (pid {pid}) did not exit after SIGKILL")
-        down_at = time.monotonic()
-        deadline = stopped_at + timeout
-        delay = 0.05
-        while True:
-            new_pid = snap.start()
-            pid_file = self.dir / "pids" / f"{name}.pid"
-            tmp = pid_file.with_name(f".{pid_file.name}.tmp")
-            tmp.write_text(str(new_pid))
-            tmp.replace(pid_file)  # `cluster down` and kwokctl find the new process by this file
-            try:
-                self._wait_healthy(name, new_pid, snap, deadline)
-                break
-            except _PortBusy:
-                # Another cluster's kwokctl probes free ports by binding them for an instant (and
-                # hands out the highest free ones): try again until the port is ours or time is up.
-                if time.monotonic() + delay >= deadline:
-                    raise ClusterError(f"{name} could not bind its port again after the restart (taken by "
-                                       f"another process: {snap.log_tail()}); fix: `deploy-suite cluster down "
-                                       f"--name {self.name}` and `up` again") from None
-                threading.Event().wait(delay)
-                delay = min(delay * 2, 1.0)
-        ready_at = time.monotonic()
-        return ComponentRestart(name, pid, new_pid, round(down_at - stopped_at, 3), round(ready_at - stopped_at, 3))
+        return restart.restart(self.dir, name, pid, self._apiserver_probe(), timeout=timeout, hard=hard, grace=grace)
 
-    def _apiserver_probe(self) -> Callable[[], bool]:
+    def _kwok_access(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The cluster and user entries of the kubeconfig kwokctl wrote (server, CA, client cert)."""
+        raw = yamlio.load_one(self.dir / "kubeconfig.yaml")
+        return raw["clusters"][0]["cluster"], raw["users"][0]["user"]
+
+    def _apiserver_probe(self) -> restart.Probe:
         """``GET /readyz`` on the apiserver with the cluster's own CA and client certificate."""
-        raw = yaml.safe_load((self.dir / "kubeconfig.yaml").read_text())
-        cluster, user = raw["clusters"][0]["cluster"], raw["users"][0]["user"]
+        cluster, user = self._kwok_access()
         ctx = ssl.create_default_context(cafile=cluster["certificate-authority"])
         ctx.load_cert_chain(user["client-certificate"], user["client-key"])
-        return lambda: _probe(str(cluster["server"]).rstrip("/") + "/readyz", ctx)
-
-    def _wait_healthy(self, name: str, pid: int, snap: _Snapshot, deadline: float) -> None:
-        # Nothing to watch while the apiserver itself is down: a short capped backoff on /readyz.
-        probes = [self._apiserver_probe()]
-        own = snap.health_url(name)
-        if own is not None and name != "kube-apiserver":
-            probes.insert(0, lambda: _probe(own, _insecure_local()))
-        delay = 0.05
-        while True:
-            if not _pid_alive(pid):
-                tail = snap.log_tail()
-                if "address already in use" in tail:
-                    raise _PortBusy(tail)
-                raise ClusterError(f"{name} exited right after its restart (pid {pid}): {tail}; fix: see "
-                                   f"{self.dir / 'logs'}")
-            if all(probe() for probe in probes):
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ClusterError(f"{name} restarted (pid {pid}) but /readyz did not answer ok in time; fix: see "
-                                   f"{self.dir / 'logs'}")
-            threading.Event().wait(min(delay, remaining))
-            delay = min(delay * 2, 0.5)
+        return lambda: restart.probe(str(cluster["server"]).rstrip("/") + "/readyz", ctx)
 
     # ------------------------------------------------------------------ down
     def down(self) -> ClusterInfo:
@@ -469,7 +368,7 @@ class OfflineCluster:
         pids = self._own_live_pids()
         ctl = pids.pop(CONTROLLERS, None)
         if ctl is not None:
-            _terminate([ctl])  # first, so it does not log errors while the apiserver goes away
+            procs.terminate([ctl])  # first, so it does not log errors while the apiserver goes away
         # The Dynamo frontends/mockers the operator simulator started run in their own sessions.
         stopped = dynamo_runtime.stop_all(self.dir / "dynamo") if (self.dir / "dynamo").is_dir() else []
         if stopped:
@@ -477,11 +376,10 @@ class OfflineCluster:
         bins = binaries.BinarySet(binaries.bin_dir())
         if bins.path("kwokctl").exists():
             conf = workdir() / "configs" / self.name / "kwokctl-kubeconfig.yaml"
-            subprocess.call([str(bins.path("kwokctl")), "--name", self.name, "delete", "cluster",
-                             "--kubeconfig", str(conf)], env=self._kwokctl_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.run([str(bins.path("kwokctl")), "--name", self.name, "delete", "cluster", "--kubeconfig", str(conf)],
+                      env=self._kwokctl_env(), tied=True)
         # Whatever kwokctl left (or when it is missing): our own processes, checked by command line.
-        _terminate([p for p in pids.values() if _pid_alive(p)])
+        procs.terminate([p for p in pids.values() if procs.alive(p)])
         shutil.rmtree(self.dir, ignore_errors=True)
         shutil.rmtree(workdir() / "configs" / self.name, ignore_errors=True)
         kubeconfig = Path(str(marker.get("kubeconfig", "")))
@@ -489,138 +387,6 @@ class OfflineCluster:
             kubeconfig.unlink()
         self.log(f"cluster {self.name} is down")
         return self.status()
-
-
-@dataclass(frozen=True)
-class ComponentRestart:
-    """One restarted component: pids and how long it was out (stop signal -> exited -> healthy)."""
-
-    name: str
-    old_pid: int
-    new_pid: int
-    stop_s: float
-    outage_s: float
-
-
-class _PortBusy(ClusterError):
-    """The restarted process exited because its listening port was taken meanwhile."""
-
-
-@dataclass(frozen=True)
-class _Snapshot:
-    """How a process was started, read from /proc before it is stopped."""
-
-    argv: list[str]
-    cwd: str
-    env: dict[str, str]
-    stdout: str | None
-    stderr: str | None
-    log_offset: list[int] = field(default_factory=lambda: [0])  # where the latest start's output begins
-
-    def start(self) -> int:
-        if self.stdout:
-            with contextlib.suppress(OSError):
-                self.log_offset[0] = Path(self.stdout).stat().st_size
-        with contextlib.ExitStack() as stack:
-            out = stack.enter_context(open(self.stdout, "ab")) if self.stdout else subprocess.DEVNULL
-            err: Any = out
-            if self.stderr and self.stderr != self.stdout:
-                err = stack.enter_context(open(self.stderr, "ab"))
-            elif not self.stderr:
-                err = subprocess.DEVNULL
-            proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=err, start_new_session=True)
-        # A daemon like the one it replaces (kwokctl's components outlive kwokctl); marking it reaped
-        # keeps Popen from warning that it still runs when this object goes away.
-        proc.returncode = 0
-        return proc.pid
-
-    def flag(self, name: str) -> str | None:
-        for arg in self.argv[1:]:
-            if arg.startswith(f"{name}="):
-                return arg.split("=", 1)[1]
-        return None
-
-    def health_url(self, name: str) -> str | None:
-        if name == "etcd":
-            urls = self.flag("--listen-client-urls") or self.flag("--advertise-client-urls")
-            return f"{urls.split(',')[0].rstrip('/')}/health" if urls else None
-        if name in ("kube-apiserver", "kube-scheduler", "kube-controller-manager"):
-            port = self.flag("--secure-port")
-            path = "/readyz" if name == "kube-apiserver" else "/healthz"
-            return f"https://127.0.0.1:{port}{path}" if port else None
-        if name == "kwok-controller":
-            addr = self.flag("--server-address")
-            return f"https://{addr}/healthz" if addr else None
-        return None
-
-    def log_tail(self) -> str:
-        if not self.stdout:
-            return "no log"
-        try:
-            with Path(self.stdout).open("rb") as fh:
-                fh.seek(self.log_offset[0])
-                text = fh.read().decode(errors="replace")
-            return " | ".join(text.strip().splitlines()[-3:])
-        except OSError:
-            return "no log"
-
-
-def _snapshot(pid: int) -> _Snapshot:
-    proc = Path(f"/proc/{pid}")
-    try:
-        argv = [a.decode(errors="surrogateescape") for a in (proc / "cmdline").read_bytes().split(b"\0")]
-        while argv and not argv[-1]:
-            argv.pop()
-        env: dict[str, str] = {}
-        for item in (proc / "environ").read_bytes().split(b"\0"):
-            key, sep, value = item.decode(errors="surrogateescape").partition("=")
-            if sep:
-                env[key] = value
-        cwd = os.readlink(proc / "cwd")
-        if argv and not os.path.isabs(argv[0]) and os.sep not in argv[0]:
-            argv[0] = os.readlink(proc / "exe")
-    except OSError as exc:
-        raise ClusterError(f"cannot read how pid {pid} was started from /proc: {exc}") from exc
-
-    def target(fd: int) -> str | None:
-        with contextlib.suppress(OSError):
-            path = os.readlink(proc / "fd" / str(fd))
-            if path.startswith("/") and Path(path).is_file():
-                return path
-        return None  # a pipe, a socket or /dev/null: the new process gets /dev/null
-
-    return _Snapshot(argv, cwd, env, target(1), target(2))
-
-
-def _probe(url: str, ctx: ssl.SSLContext | None) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2.0, context=ctx if url.startswith("https") else None) as resp:
-            return bool(resp.status == 200)
-    except (OSError, ValueError):  # refused, reset, TLS handshake against a half-started server, 5xx
-        return False
-
-
-def _insecure_local() -> ssl.SSLContext:
-    # Only for the loopback health endpoints of the scheduler, controller-manager and kwok, which
-    # serve self-signed certificates: the probe reads "ok", nothing is sent.
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    return ctx
-
-
-def wait_exit(pid: int, timeout: float) -> bool:
-    """Wait for any process (not only a child) to exit, by its pidfd: an event, not a poll."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        ready, _, _ = select.select([fd], [], [], timeout)
-        return bool(ready) or not _pid_alive(pid)
-    finally:
-        os.close(fd)
 
 
 def wait_established(kube: Kube, names: list[str], timeout: float) -> None:
@@ -638,18 +404,6 @@ def wait_established(kube: Kube, names: list[str], timeout: float) -> None:
         kube.wait_for("CustomResourceDefinition", established, awaited="CRDs Established", timeout=timeout)
     except WaitTimeout as exc:
         raise ClusterError(f"{exc}; fix: see the kube-apiserver log") from exc
-
-
-def _terminate(pids: list[int], grace: float = 10.0) -> None:
-    for p in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for p in pids:
-        if not wait_exit(p, max(0.0, deadline - time.monotonic())):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p, signal.SIGKILL)
-            wait_exit(p, 5.0)
 
 
 # The node lifecycle controller taints a new node until it has seen it Ready; pods created before

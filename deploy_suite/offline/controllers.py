@@ -26,7 +26,7 @@ from typing import Any
 from deploy_suite import clock
 from deploy_suite.errors import Conflict, KubeError, NotFound
 from deploy_suite.kube import Kube, Obj
-from deploy_suite.offline.operator_sim import OperatorSim
+from deploy_suite.offline.operator_sim.controller import OperatorSim
 from deploy_suite.offline.pools import PROVISIONER
 
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
@@ -112,7 +112,7 @@ def run_loop(name: str, events: Callable[[], Any], handler: Callable[[str, Obj],
                     log(f"{name}: {exc}")
         except KubeError as exc:  # the watch itself failed: start over
             log(f"{name}: watch failed: {exc}")
-            stop.wait(0.5)
+            clock.wait_event(stop, 0.5)
 
 
 def main(argv: list[str] | None = None) -> int:

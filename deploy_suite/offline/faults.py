@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from deploy_suite import clock
+from deploy_suite.constants import LABEL_DGD_NAME, LABEL_JOB_NAME
 from deploy_suite.kube import Kube, Obj
 
 KWOK_API = "kwok.x-k8s.io/v1alpha1"
 FAULT_WEIGHT = 10000
 LABEL_FAULT = "deploy-suite.local/fault"
-DGD_NAME_LABEL = "nvidia.com/dynamo-graph-deployment-name"
 # How long a crashed container "backs off" before the next simulated restart (kubelet starts at 10s).
 CRASH_BACKOFF_MS = 10000
 WAITING_FAULTS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull")
@@ -72,7 +72,7 @@ def _namespace(namespace: str | None) -> list[Expression]:
 
 def by_dgd(name: str, namespace: str | None = None) -> list[Expression]:
     """Pods the operator created for DGD ``name`` (every component)."""
-    return [_in(f'.metadata.labels["{DGD_NAME_LABEL}"]', name), *_namespace(namespace)]
+    return [_in(f'.metadata.labels["{LABEL_DGD_NAME}"]', name), *_namespace(namespace)]
 
 
 def by_image(substring: str, namespace: str | None = None) -> list[Expression]:
@@ -84,7 +84,7 @@ def by_image(substring: str, namespace: str | None = None) -> list[Expression]:
 
 def by_job(name: str, namespace: str | None = None) -> list[Expression]:
     """Pods of Job ``name``: the job controller labels them with both spellings since 1.27."""
-    expr = '.metadata.labels["batch.kubernetes.io/job-name"] // .metadata.labels["job-name"]'
+    expr = f'.metadata.labels["batch.kubernetes.io/job-name"] // .metadata.labels["{LABEL_JOB_NAME}"]'
     return [_in(expr, name), *_namespace(namespace)]
 
 
@@ -147,68 +147,52 @@ podIP: {{ . | Quote }}
 {{ end }}
 """
 
-# One restart per backoff: restartCount grows from what the pod showed, like the kubelet's.
-_CRASH_TEMPLATE = _HEAD + _NOT_READY_CONDITIONS + """\
-containerStatuses:
-{{ range $c := .spec.containers }}
-{{ $prev := 0 }}
-{{ range $root.status.containerStatuses }}{{ if eq .name $c.name }}{{ $prev = .restartCount }}{{ end }}{{ end }}
-- image: {{ $c.image | Quote }}
-  imageID: ""
-  name: {{ $c.name | Quote }}
-  ready: false
-  started: false
-  restartCount: {{ add1 $prev }}
-  lastState:
+# A terminated container as the kubelet reports it (its state, or the last state of a restarted one).
+_TERMINATED = """\
     terminated:
       exitCode: EXIT_CODE
       reason: Error
       startedAt: {{ $now | Quote }}
       finishedAt: {{ $now | Quote }}
+"""
+
+
+def _container_statuses(restart_count: str, states: str, before: str = "") -> str:
+    """``containerStatuses``: one not-ready entry per container; ``states`` is its (last) state."""
+    return ("containerStatuses:\n{{ range $c := .spec.containers }}\n" + before
+            + '- image: {{ $c.image | Quote }}\n  imageID: ""\n  name: {{ $c.name | Quote }}\n'
+            + f"  ready: false\n  started: false\n  restartCount: {restart_count}\n" + states + "{{ end }}\n")
+
+
+# One restart per backoff: restartCount grows from what the pod showed, like the kubelet's.
+_CRASH_TEMPLATE = _HEAD + _NOT_READY_CONDITIONS + _container_statuses(
+    "{{ add1 $prev }}",
+    "  lastState:\n" + _TERMINATED + """\
   state:
     waiting:
       reason: CrashLoopBackOff
       message: {{ printf "back-off 10s restarting failed container=%s pod=%s_%s(%s)" $c.name \
 $root.metadata.name $root.metadata.namespace $root.metadata.uid | Quote }}
-{{ end }}
+""",
+    before="""\
+{{ $prev := 0 }}
+{{ range $root.status.containerStatuses }}{{ if eq .name $c.name }}{{ $prev = .restartCount }}{{ end }}{{ end }}
+""") + """\
 phase: Running
 {{ with $root.status.startTime }}{{ else }}startTime: {{ $now | Quote }}{{ end }}
 """ + _IPS
 
-_IMAGE_TEMPLATE = _HEAD + _NOT_READY_CONDITIONS + """\
-containerStatuses:
-{{ range $c := .spec.containers }}
-- image: {{ $c.image | Quote }}
-  imageID: ""
-  name: {{ $c.name | Quote }}
-  ready: false
-  started: false
-  restartCount: 0
+_IMAGE_TEMPLATE = _HEAD + _NOT_READY_CONDITIONS + _container_statuses("0", """\
   state:
     waiting:
       reason: REASON
       message: {{ printf "MESSAGE" $c.image | Quote }}
-{{ end }}
+""") + """\
 phase: Pending
 startTime: {{ $now | Quote }}
 """ + _IPS
 
-_JOB_FAIL_TEMPLATE = _HEAD + _NOT_READY_CONDITIONS + """\
-containerStatuses:
-{{ range $c := .spec.containers }}
-- image: {{ $c.image | Quote }}
-  imageID: ""
-  name: {{ $c.name | Quote }}
-  ready: false
-  started: false
-  restartCount: 0
-  state:
-    terminated:
-      exitCode: EXIT_CODE
-      reason: Error
-      startedAt: {{ $now | Quote }}
-      finishedAt: {{ $now | Quote }}
-{{ end }}
+_JOB_FAIL_TEMPLATE = _HEAD + _NOT_READY_CONDITIONS + _container_statuses("0", "  state:\n" + _TERMINATED) + """\
 phase: Failed
 startTime: {{ $now | Quote }}
 """ + _IPS

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from deploy_suite.errors import ClusterError
+from deploy_suite import yamlio
+from deploy_suite.constants import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from deploy_suite.errors import ClusterError, InputError
 
 POOLS_DIR = Path(__file__).with_name("pools")
 PROVISIONER = "deploy-suite.local/hostpath"
@@ -96,12 +96,10 @@ def resolve(spec: str | Path) -> Path:
 def load(spec: str | Path) -> Layout:
     path = resolve(spec)
     try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        raise ClusterError(f"pools file {path}: not valid YAML{at}; fix: correct the syntax "
-                           f"(see {POOLS_DIR / 'default.yaml'} for the format)") from exc
+        doc = yamlio.load_one(path, f"pools file {path}",
+                              f"correct the syntax (see {POOLS_DIR / 'default.yaml'} for the format)")
+    except InputError as exc:  # one error type for every bad pools file, as `cluster up` reports it
+        raise ClusterError(str(exc)) from exc
     return parse(doc, str(path))
 
 
@@ -196,11 +194,11 @@ def node_manifest(pool: Pool, index: int) -> dict[str, Any]:
     if pool.gpu is not None:
         labels.update({
             "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.product": pool.gpu.product,
+            GPU_PRODUCT_LABEL: pool.gpu.product,
             "nvidia.com/gpu.count": str(pool.gpu.count),
             "nvidia.com/gpu.memory": str(pool.gpu.memory_mib),
         })
-        capacity["nvidia.com/gpu"] = str(pool.gpu.count)
+        capacity[GPU_RESOURCE] = str(pool.gpu.count)
     return {
         "apiVersion": "v1",
         "kind": "Node",

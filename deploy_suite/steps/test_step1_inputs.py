@@ -1,8 +1,9 @@
 """Step 1: judge the handed-off inputs and create <EXP_ROOT>/artifacts/deploy-iter-NNN/.
 
-All rules live in ``deploy_suite.inputs.prepare``; a refused input raises ``InputError``, which
-the ledger plugin turns into one line, a ``blocked`` step and (where the directory exists) a
-blocked ledger. Nothing here talks to a cluster.
+``deploy_suite.inputs.prepare`` applies every rule (the workload schema, the manifest checks, the
+deployment directory); a refused input raises ``InputError``, which the ledger plugin turns into
+one line, a ``blocked`` step and (where the directory exists) a blocked ledger. Nothing here
+talks to a cluster.
 """
 
 from __future__ import annotations
@@ -13,5 +14,4 @@ from deploy_suite.runstate import RunState
 
 def test_step1_inputs(run: RunState) -> None:
     """Workload and DGD hashes recomputed, contract checked, run-scoped copies made."""
-    prepared = inputs.prepare(run.settings, on_directory=run.attach_directory)
-    run.adopt(prepared)
+    run.adopt(inputs.prepare(run.settings, on_directory=run.attach_directory))

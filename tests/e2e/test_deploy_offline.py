@@ -1,4 +1,4 @@
-"""Issue 6 acceptance: the real suite on the offline cluster, as a user runs it; each branch a test.
+"""The real suite on the offline cluster, as a user runs it; each branch of the procedure a test.
 
 Every test plays the cluster admin (a fresh namespace and ``hf-token-secret``), writes an
 experiment whose workload names the offline cluster's context ``offline-<name>`` and that
@@ -26,7 +26,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +33,13 @@ import pytest
 
 from deploy_suite import ledger, rollout, smoke
 from deploy_suite.dgd import load_dgd
-from deploy_suite.kube import DGD, Kube, Obj
+from deploy_suite.kube import DGD, Obj
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite.offline.operator_sim.serving import FAULTS_CONFIGMAP
 from fixtures.experiments.make_experiment import Experiment, stage_candidate
-from tests.e2e import helpers
-from tests.e2e.helpers import DATA, SuiteRun
+from tests import support
+from tests.support import SuiteRun, outcomes, step
 
 pytestmark = [pytest.mark.cluster]
 
@@ -51,38 +51,17 @@ RESERVED_TAINT = "example.com/reserved-for"
 FAST_SMOKE = {"smoke_reach_attempts": 10, "smoke_reach_interval_s": 1.0, "smoke_models_attempts": 3,
               "smoke_models_interval_s": 1.0, "smoke_request_timeout_s": 30.0}
 READINESS_S = 120.0
+DATA = Path(__file__).with_name("data")
 
 
 # ------------------------------------------------------------------ fixtures
 
 
-@dataclass
-class Target:
-    """One test's namespace on an offline cluster, and where its experiment and reports go."""
+class Target(support.Target):
+    """One test's namespace on an offline cluster (see tests/support/targets.py); DGD files by name in data/."""
 
-    cluster: OfflineCluster
-    kube: Kube  # the cluster admin's client (not the harness's)
-    namespace: str
-    tmp: Path
-
-    @property
-    def context(self) -> str:
-        return self.cluster.context
-
-    @property
-    def kubeconfig(self) -> str:
-        return self.cluster.info().kubeconfig
-
-    @property
-    def reports(self) -> Path:
-        return self.tmp / "reports"
-
-    def experiment(self, dgd: str | None = None, **kwargs: Any) -> Experiment:
-        return helpers.write_experiment(self.tmp / "scratch", context=self.context, namespace=self.namespace,
-                                        dgd=DATA / dgd if dgd else None, **kwargs)
-
-    def run(self, exp: Experiment, *extra: str, iteration: int = 0, handoff: Path | None = None) -> SuiteRun:
-        return helpers.run_suite(exp, iteration, self.kubeconfig, self.reports, *extra, handoff=handoff)
+    def experiment(self, dgd: str | Path | None = None, **kwargs: Any) -> Experiment:
+        return super().experiment(DATA / dgd if dgd else None, **kwargs)
 
     def dgd(self, name: str) -> Obj | None:
         return self.kube.get_or_none(DGD, name, self.namespace)
@@ -99,15 +78,10 @@ class Target:
 
 
 def _target(cluster: OfflineCluster, tmp_path: Path) -> Iterator[Target]:
-    kube = cluster.kube()
-    target = Target(cluster, kube, helpers.admin_namespace(kube), tmp_path)
-    try:
+    with support.admin_target(cluster, tmp_path, "e2e", Target) as target:
         yield target
         for path in tmp_path.rglob(ledger.LEDGER_NAME):  # every ledger the test produced
-            helpers.read_ledger(path)
-    finally:
-        kube.delete("Namespace", target.namespace)  # its DGDs, pods and serving processes go with it
-        kube.close()
+            support.read_ledger(path)
 
 
 @pytest.fixture
@@ -127,39 +101,22 @@ def serving_fault(target: Target) -> Iterator[Callable[[str, str], None]]:
 
     def set_fault(dgd_name: str, fault: str) -> None:
         target.kube.apply({"apiVersion": "v1", "kind": "ConfigMap",
-                           "metadata": {"name": helpers.FAULTS_CM[1], "namespace": helpers.FAULTS_CM[0]},
+                           "metadata": {"name": FAULTS_CONFIGMAP[1], "namespace": FAULTS_CONFIGMAP[0]},
                            "data": {f"{target.namespace}.{dgd_name}": fault}})
         applied.append(True)
 
     yield set_fault
     if applied:
-        target.kube.delete("ConfigMap", helpers.FAULTS_CM[1], helpers.FAULTS_CM[0])
+        target.kube.delete("ConfigMap", FAULTS_CONFIGMAP[1], FAULTS_CONFIGMAP[0])
 
 
 @pytest.fixture
 def kwok_fault(target: Target) -> Iterator[Callable[[faults.Fault], None]]:
-    """Apply kwok fault Stages for the test; always removed afterwards (they are cluster-scoped)."""
-    applied: list[faults.Fault] = []
-
-    def apply(fault: faults.Fault) -> None:
-        faults.apply(target.kube, fault)
-        applied.append(fault)
-
-    yield apply
-    for fault in applied:
-        faults.remove(target.kube, fault)
+    """Apply kwok fault Stages for the test; the target removes them afterwards (they are cluster-scoped)."""
+    yield target.apply_fault
 
 
 # ------------------------------------------------------------------ assertions
-
-
-def outcomes(led: dict[str, Any]) -> dict[str, str]:
-    return {s["name"]: s["outcome"] for s in led["steps"]}
-
-
-def step(led: dict[str, Any], name: str) -> dict[str, Any]:
-    found: dict[str, Any] = next(s for s in led["steps"] if s["name"] == name)
-    return found
 
 
 def assert_pinned(led: dict[str, Any], target: Target) -> None:
@@ -292,7 +249,7 @@ def test_iteration_1_retires_iteration_0_with_the_same_dgd_name(target: Target) 
     led1 = assert_ready(second, target, dgd_name=SAMPLE_DGD, served="Qwen/Qwen3-0.6B", gpus=1)
 
     # The retired iteration: torn_down_at written, nothing else of its ledger changed.
-    led0 = helpers.read_ledger(root0 / ledger.LEDGER_NAME)
+    led0 = support.read_ledger(root0 / ledger.LEDGER_NAME)
     assert led0["torn_down_at"] and ledger0["torn_down_at"] is None
     assert {k: v for k, v in led0.items() if k != "torn_down_at"} == \
         {k: v for k, v in ledger0.items() if k != "torn_down_at"}
@@ -320,7 +277,7 @@ def test_iteration_1_retires_iteration_0_with_the_same_dgd_name(target: Target) 
     pvc = target.kube.get("PersistentVolumeClaim", "model-cache", target.namespace)
     assert pvc["status"]["phase"] == "Bound" and "deletionTimestamp" not in pvc["metadata"]
     assert target.kube.get_or_none("Job", "model-download", target.namespace) is not None
-    assert target.kube.secret_exists(helpers.SECRET, target.namespace)
+    assert target.kube.secret_exists(support.SECRET, target.namespace)
     assert target.kube.get("Namespace", target.namespace)["status"]["phase"] == "Active"
 
 
@@ -463,7 +420,7 @@ def test_failed_download_job_fails_step4_fast_and_keeps_its_last_log_lines(
                                 "logs": [{"containers": ["model-download"], "logsFile": str(log_file)}]}})
     try:
         exp = target.experiment(support={
-            "model-cache": helpers.SAMPLE_SUPPORT / "model-cache.yaml",
+            "model-cache": support.SAMPLE_SUPPORT / "model-cache.yaml",
             "model-download": DATA / "model-download-fails.yaml"})
         run = target.run(exp)
     finally:

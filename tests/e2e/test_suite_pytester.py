@@ -2,9 +2,9 @@
 
 Each run gets ``--kubeconfig`` pointing at a local TCP listener started here, and every test
 asserts the listener saw no connection: step 1 and every refusal happen without any request to a
-cluster. Path options are written ``--opt=PATH``: pytest picks its rootdir from the command line
-before it knows the suite's options, so ``--opt PATH`` with a path outside the checkout would
-change the rootdir (see plugins/options.py).
+cluster. The suite's plugins come from the installed package's ``pytest11`` entry point; the last
+section runs pytest as a user types it, ``--opt PATH`` and ``--opt=PATH``, from the checkout root
+and from another directory.
 
 With only step 1 implemented a good run ends with status ``in_progress`` and ``current_step``
 naming the next step (``step2_validate``), exit status 0.
@@ -17,6 +17,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,7 +39,6 @@ STEPS = REPO / "deploy_suite" / "steps"
 # connection): only step 1's module is collected, so later steps stay not_run. Full runs against the
 # offline cluster live in test_deploy_offline.py.
 STEP1 = STEPS / "test_step1_inputs.py"
-PLUGINS = ("-p", "plugins.options", "-p", "plugins.ledger", "-p", "plugins.report", "-p", "fixtures.run")
 
 
 def sha(path: Path) -> str:
@@ -82,9 +83,9 @@ class Suite:
     def reports(self) -> Path:
         return self.pytester.path / "reports"
 
-    def run(self, *args: str, iteration: int | None = 0, steps: Path = STEP1, plugins: bool = False,
+    def run(self, *args: str, iteration: int | None = 0, steps: Path = STEP1,
             handoff: Path | None = None) -> pytest.RunResult:
-        argv = ["-c", str(PYPROJECT), f"--rootdir={REPO}", *(PLUGINS if plugins else ()), str(steps),
+        argv = ["-c", str(PYPROJECT), f"--rootdir={REPO}", str(steps),
                 f"--reports-dir={self.reports}", f"--kubeconfig={self.kubeconfig}"]
         if iteration is not None:
             argv += [f"--iter={iteration}", f"--handoff={handoff or self.exp.handoff(iteration)}"]
@@ -347,7 +348,6 @@ def _steps_dir(pytester: pytest.Pytester, modules: dict[str, str]) -> Path:
 
 
 def test_a_blocking_step_skips_every_later_step_with_its_reason(suite: Suite):
-    suite.env["PYTHONPATH"] = str(REPO)
     steps = _steps_dir(suite.pytester, {
         "step2_validate": (
             "def test_step2_validate(run, kube, namespace, manifests):\n"
@@ -359,7 +359,7 @@ def test_a_blocking_step_skips_every_later_step_with_its_reason(suite: Suite):
             "    run.block('secret', 'secret hf-token-secret not found in dynamo-demo', 'create it (by name)')\n"),
         "step4_support_manifests": "def test_step4_support_manifests():\n    raise AssertionError('ran')\n",
     })
-    result = suite.run(steps=steps, plugins=True)
+    result = suite.run(steps=steps)
     assert result.ret == 1, output(result)
     data = suite.ledger()
     assert [s["outcome"] for s in data["steps"]] == ["passed", "passed", "blocked", "skipped"] + ["not_run"] * 3
@@ -378,12 +378,11 @@ def test_a_blocking_step_skips_every_later_step_with_its_reason(suite: Suite):
 
 
 def test_a_failing_step_fails_the_ledger_and_a_missing_step_blocks_the_next(suite: Suite):
-    suite.env["PYTHONPATH"] = str(REPO)
     steps = _steps_dir(suite.pytester, {
         "step2_validate": "def test_step2_validate():\n    assert 1 == 2, 'dry-run rejected'\n",
         "step4_support_manifests": "def test_step4_support_manifests():\n    pass\n",
     })
-    result = suite.run(steps=steps, plugins=True)
+    result = suite.run(steps=steps)
     assert result.ret == 1
     data = suite.ledger()
     assert data["status"] == "failed" and data["current_step"] == "step2_validate"
@@ -391,8 +390,95 @@ def test_a_failing_step_fails_the_ledger_and_a_missing_step_blocks_the_next(suit
     assert data["steps"][3]["reason"].startswith("blocked by step2_validate: AssertionError")
 
     (steps / "test_step2_validate.py").unlink()  # now step 2 is missing: step 4 must not run
-    result = suite.run(steps=steps, plugins=True)
+    result = suite.run(steps=steps)
     data = suite.ledger()
     assert data["steps"][3]["outcome"] == "skipped"
     assert data["steps"][3]["reason"] == (
         "blocked by step2_validate: not run (its test module is missing or was deselected)")
+
+
+# --- as a user types it: either spelling of a path option, from any directory --------------------
+
+
+def user_args(spelling: str, options: list[tuple[str, object]]) -> list[str]:
+    """``--opt PATH`` (as in every pytest plugin's docs) or ``--opt=PATH``."""
+    if spelling == "space":
+        return [str(part) for option, value in options for part in (option, value)]
+    return [f"{option}={value}" for option, value in options]
+
+
+def run_as_a_user(cwd: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """pytest started in ``cwd`` with nothing but the user's arguments: no -c, no --rootdir, no test path."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=180, check=False)
+
+
+def handed_off(suite: Suite, workload_sha256: str | None = None) -> list[tuple[str, object]]:
+    """The handoff's values as command-line options, every path absolute (no --handoff file)."""
+    root = suite.exp.exp_root
+    return [("--iter", 0), ("--exp-root", root), ("--workload", root / "user_workload.yaml"),
+            ("--workload-sha256", workload_sha256 or suite.exp.workload_sha256),
+            ("--dgd", root / "inputs/user_provided_dgd.yaml"), ("--dgd-sha256", suite.exp.dgd_sha256),
+            ("--provenance", "user-interviewer"), ("--support", f"model-cache={root / 'inputs/model-cache.yaml'}"),
+            ("--support", f"model-download={root / 'inputs/model-download.yaml'}"),
+            ("--kubeconfig", suite.kubeconfig), ("--reports-dir", suite.reports)]
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path) -> Path:
+    """A directory outside the checkout holding a test file of its own, which a deployment must not collect."""
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    (where / "test_not_a_step.py").write_text("def test_not_a_step():\n    raise AssertionError('collected')\n")
+    return where
+
+
+@pytest.mark.parametrize("where", ["checkout", "elsewhere"])
+@pytest.mark.parametrize("spelling", ["space", "equals"])
+def test_path_options_work_in_either_spelling_from_any_directory(suite: Suite, elsewhere: Path, spelling: str,
+                                                                 where: str):
+    cwd = REPO if where == "checkout" else elsewhere
+    before = sorted(p.name for p in suite.exp.exp_root.iterdir())
+    # -k keeps steps 2-7 (which talk to a cluster) deselected: they are collected, then not run.
+    result = run_as_a_user(cwd, [*user_args(spelling, handed_off(suite)), "-k", "step1"])
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text
+    assert "1 passed, 6 deselected" in text  # the installed package's seven steps, nothing of cwd
+    assert "deploy_suite/steps/test_step1_inputs.py" in text
+    data = suite.ledger()
+    assert (data["status"], data["current_step"]) == ("in_progress", "step2_validate")
+    assert data["settings"]["kubeconfig_given"] is True
+    cases = junit_cases(suite.reports / "deploy-iter-000.xml")
+    assert [(c.get("classname"), c.get("name")) for c in cases] == [
+        ("deploy_suite.steps.test_step1_inputs", "test_step1_inputs")]
+    # EXP_ROOT gains the deployment directory only (no report, no .pytest_cache); cwd gains nothing.
+    assert sorted(p.name for p in suite.exp.exp_root.iterdir()) == sorted([*before, "artifacts"])
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["test_not_a_step.py"]
+
+
+@pytest.mark.parametrize("where", ["checkout", "elsewhere"])
+def test_bad_input_written_with_spaces_is_one_line_from_any_directory(suite: Suite, elsewhere: Path, where: str):
+    cwd = REPO if where == "checkout" else elsewhere
+    result = run_as_a_user(cwd, user_args("space", handed_off(suite, workload_sha256="1" * 64)))
+    text = result.stdout + result.stderr
+    assert result.returncode == 1, text
+    lines = [line for line in text.splitlines() if "; fix: " in line]
+    assert lines and "--workload user_workload.yaml" in lines[0] and "SHA-256 is" in lines[0], text
+    assert "Traceback" not in text
+    # All seven steps collected from the installed package; every later one skipped as blocked.
+    assert "1 failed, 6 skipped" in text or "6 skipped, 1 failed" in text, text
+    assert not (suite.exp.exp_root / "artifacts").exists()
+
+
+def test_a_deployment_run_loads_no_dev_only_plugin_and_no_cache(suite: Suite):
+    steps = _steps_dir(suite.pytester, {"step2_validate": (
+        "import sys\n"
+        "def test_step2_validate(request):\n"
+        "    plugins = request.config.pluginmanager\n"
+        "    assert plugins.get_plugin('hypothesispytest') is None and 'hypothesis' not in sys.modules\n"
+        "    assert plugins.get_plugin('cacheprovider') is None\n")})
+    result = suite.run(steps=steps)
+    assert result.ret == 0, output(result)
+    assert [s["outcome"] for s in suite.ledger()["steps"][:2]] == ["passed", "passed"], output(result)
+    assert not (suite.pytester.path / ".pytest_cache").exists()

@@ -25,8 +25,9 @@ import yaml
 from deploy_suite.errors import Invalid, KubeError
 from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline import faults
-from deploy_suite.offline.cluster import OfflineCluster, wait_exit
-from deploy_suite.offline.operator_sim import DGD_BETA
+from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite.offline.operator_sim.controller import DGD_BETA
+from deploy_suite.offline.procs import wait_exit
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 DATA = Path(__file__).with_name("data")

@@ -26,11 +26,12 @@ from typing import Any
 import pytest
 import yaml
 
+from deploy_suite.constants import GPU_TAINT_KEY
 from deploy_suite.errors import Forbidden
 from deploy_suite.kube import CommandRecord, Kube, Obj
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
-from deploy_suite.validate import DGD_CRD, GPU_TAINT_KEY, ValidationInputs, ValidationReport, validate, walk
+from deploy_suite.validate import DGD_CRD, ValidationInputs, ValidationReport, validate, walk
 from fixtures.cluster import ClusterPool
 from fixtures.identities import Identity
 
@@ -509,7 +510,8 @@ def test_an_unknown_pinned_knob_asks_for_a_mapping(
     assert classes(report) == ["pinned"]
     [finding] = report.blockers
     assert "'kv_cache_dtype'" in finding.message and "no mapping" in finding.message
-    assert "mapping" in finding.fix and "KNOBS" in finding.fix
+    # The fix names the table where the mapping goes.
+    assert "mapping" in finding.fix and "deploy_suite.knobs.KNOBS" in finding.fix
     assert report.evidence["pinned"]["precision"]["same"] is True
 
 

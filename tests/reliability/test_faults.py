@@ -1,4 +1,4 @@
-"""Issue 7, item 2: faults a run must survive, each injected into a full run on the offline cluster.
+"""Faults a run must survive (docs/reliability.md), each injected into a full run on the offline cluster.
 
 Every test runs ``python -m pytest --iter=N --handoff=... --kubeconfig=...`` from the checkout
 root, as a user does, and injects its fault from a watcher thread at the moment the run's own
@@ -32,16 +32,17 @@ from typing import Any
 import pytest
 
 from deploy_suite.offline import faults
-from deploy_suite.offline.cluster import wait_exit
+from deploy_suite.offline.procs import wait_exit
+from deploy_suite.pytest_plugin.ledger import KILL_ENV
 from deploy_suite.runstate import STEP_NAMES
 from fixtures.experiments.make_experiment import stage_candidate
-from plugins.ledger import KILL_ENV
-from tests.reliability import harness
-from tests.reliability.conftest import Target
-from tests.reliability.harness import DGD_NAME, DOWNLOAD_JOB, FaultRecord, SuiteProcess
+from tests import support
+from tests.support import FaultRecord, SuiteRun, Target
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
+DGD_NAME = "demo-agg"  # the sample experiment's DGD (iteration 1's candidate keeps the name)
+DOWNLOAD_JOB = "model-download"
 SLOW_S = 6.0  # how long the slowed pod transition takes: longer than an apiserver restart here
 STEP7_START = r"test_step7_smoke\.py"
 
@@ -54,10 +55,10 @@ def _duration(data: dict[str, Any], step: str) -> float:
     return float(next(s["duration_s"] for s in data["steps"] if s["name"] == step))
 
 
-def assert_ready(run: SuiteProcess, rc: int) -> dict[str, Any]:
+def assert_ready(run: SuiteRun, rc: int) -> dict[str, Any]:
     assert rc == 0, run.output[-4000:]
     data = run.ledger()
-    assert data["status"] == "ready", (data["status"], harness.outcomes(data), run.output[-3000:])
+    assert data["status"] == "ready", (data["status"], support.outcomes(data), run.output[-3000:])
     assert data["smoke"]["success"] == 1 and data["blockers"] == [] and data["failed_attempts"] == []
     assert data["session"]["exit_status"] == 0
     return data
@@ -106,7 +107,7 @@ def test_apiserver_restart_during_the_retire_wait_of_iteration_1(target: Target,
     assert_inside(data, "step3_retire_previous", fault.at)
     retired = data["retired_previous"]
     assert retired["dgd"] == DGD_NAME and retired["existed"] is True and retired["pods_gone_at"]
-    assert harness.read_ledger(first.ledger_path)["torn_down_at"] == retired["deleted_at"]
+    assert support.read_ledger(first.ledger_path)["torn_down_at"] == retired["deleted_at"]
     faults_log[-1].detail["step_s"] = _duration(data, fault.step)
 
 
@@ -137,7 +138,7 @@ def test_apiserver_restart_during_the_smoke_gates(target: Target, faults_log: li
     run = target.suite(target.experiment())
     # Step 7 has started and its port-forward (through the apiserver) is being established.
     fault = ApiserverRestart(target, faults_log, "apiserver-restart", "step7_smoke",
-                             before=lambda: harness.wait_for_port_forward(target.namespace))
+                             before=lambda: support.wait_for_port_forward(target.namespace))
     step7 = run.on(STEP7_START, fault)
     data = assert_ready(run, run.run())
     assert fault.at is not None and step7.fired_at is not None
@@ -149,7 +150,7 @@ def test_apiserver_restart_during_the_smoke_gates(target: Target, faults_log: li
                                                                                     step7.fired_at)
     faults_log[-1].detail.update(port_forward_restarts=smoke["port_forward_restarts"],
                                  reachable_s=smoke["timings"]["reachable_s"], step_s=_duration(data, "step7_smoke"))
-    assert harness.port_forwards(target.namespace) == []
+    assert support.port_forwards(target.namespace) == []
 
 
 # ------------------------------------------------------------------ the port-forward dies
@@ -162,14 +163,14 @@ def test_port_forward_killed_during_the_smoke_test_is_reestablished(target: Targ
     recovered: list[float] = []
 
     def kill_port_forward() -> None:
-        pid = harness.wait_for_port_forward(target.namespace)
+        pid = support.wait_for_port_forward(target.namespace)
         killed.append((pid, time.time()))
         started = time.monotonic()
-        harness.kill_and_reap(pid)
+        support.kill_and_reap(pid)
         # Recovery: the harness's next kubectl port-forward is up and forwarding (if it is done
         # with it before /proc shows it listening, it certainly forwarded: the smoke passed).
-        again = harness.wait_for_port_forward(target.namespace, exclude=[pid])
-        harness.wait_listening(again)
+        again = support.wait_for_port_forward(target.namespace, exclude=[pid])
+        support.wait_listening(again)
         recovered.append(time.monotonic() - started)
 
     run.on(STEP7_START, kill_port_forward)
@@ -186,17 +187,17 @@ def test_port_forward_killed_during_the_smoke_test_is_reestablished(target: Targ
     faults_log.append(FaultRecord("port-forward-kill", "kubectl port-forward SIGKILLed", "step7_smoke",
                                   recovered[0], {"port_forward_restarts": smoke["port_forward_restarts"],
                                    "reachable_s": smoke["timings"]["reachable_s"]}))
-    assert harness.port_forwards(target.namespace) == []
+    assert support.port_forwards(target.namespace) == []
 
 
 # ------------------------------------------------------------------ the harness is SIGKILLed
 
 
-def _artifact_dirs(run: SuiteProcess) -> list[str]:
-    return sorted(p.name for p in (run.exp.exp_root / "artifacts").iterdir() if p.is_dir())
+def _artifact_dirs(run: SuiteRun) -> list[str]:
+    return sorted(p.name for p in (run.exp_root / "artifacts").iterdir() if p.is_dir())
 
 
-def _assert_resumed_cleanly(killed: dict[str, Any], rerun: SuiteProcess, rc: int) -> dict[str, Any]:
+def _assert_resumed_cleanly(killed: dict[str, Any], rerun: SuiteRun, rc: int) -> dict[str, Any]:
     data = assert_ready(rerun, rc)
     assert _artifact_dirs(rerun) == ["deploy-iter-000"]  # no second deployment directory
     assert len(data["resumes"]) == 1, data["resumes"]
@@ -218,16 +219,16 @@ def test_sigkill_at_a_step_boundary_then_rerun_resumes_to_ready(target: Target, 
     rc = killed_run.run()
     assert rc == -signal.SIGKILL, killed_run.output[-3000:]
     killed = killed_run.ledger()  # valid JSON and schema-valid, written before the kill
-    got = harness.outcomes(killed)
+    got = support.outcomes(killed)
     index = STEP_NAMES.index(step)
     assert all(got[n] in ("passed", "skipped") for n in STEP_NAMES[:index + 1]), got
     assert all(got[n] == "not_run" for n in STEP_NAMES[index + 1:]), got
     assert killed["session"]["finished_at"] is None  # the session never ended
-    assert harness.port_forwards(target.namespace) == []
+    assert support.port_forwards(target.namespace) == []
     # The dead run's lock is gone with it: the rerun is not refused.
     rerun = target.suite(exp)
     _assert_resumed_cleanly(killed, rerun, rerun.run())
-    assert harness.port_forwards(target.namespace) == []
+    assert support.port_forwards(target.namespace) == []
     faults_log.append(FaultRecord("harness-sigkill", f"harness SIGKILLed after {step}", step, rerun.seconds,
                                   {"rerun_s": rerun.seconds}))
 
@@ -239,12 +240,12 @@ def test_sigkill_in_the_middle_of_the_smoke_test_leaves_no_port_forward(target: 
     seen: list[int] = []
 
     def kill_harness() -> None:
-        pf = harness.wait_for_port_forward(target.namespace)
+        pf = support.wait_for_port_forward(target.namespace)
         seen.append(pf)
         # Freeze the harness so that it cannot finish the smoke test and stop its kubectl first,
         # let kubectl establish the forward (an idle, working port-forward), then SIGKILL the harness.
         os.kill(run.pid, signal.SIGSTOP)
-        harness.wait_listening(pf)
+        support.wait_listening(pf)
         os.kill(run.pid, signal.SIGKILL)
 
     run.on(STEP7_START, kill_harness)
@@ -254,12 +255,12 @@ def test_sigkill_in_the_middle_of_the_smoke_test_leaves_no_port_forward(target: 
     gone_at = time.monotonic()
     assert wait_exit(seen[0], 10.0), f"kubectl port-forward {seen[0]} outlived the SIGKILLed harness"
     orphan_s = time.monotonic() - gone_at
-    assert harness.port_forwards(target.namespace) == []
+    assert support.port_forwards(target.namespace) == []
     killed = run.ledger()
     assert killed["current_step"] == "step7_smoke" and killed["status"] == "in_progress"
     rerun = target.suite(exp)
     _assert_resumed_cleanly(killed, rerun, rerun.run())
-    assert harness.port_forwards(target.namespace) == []
+    assert support.port_forwards(target.namespace) == []
     faults_log.append(FaultRecord("harness-sigkill", "harness SIGKILLed during step7_smoke", "step7_smoke",
                                   rerun.seconds, {"rerun_s": rerun.seconds, "port_forward_gone_s": round(orphan_s, 3)}))
 
@@ -284,7 +285,7 @@ def test_a_second_run_of_the_same_iteration_is_refused_and_the_first_is_unharmed
     first.on(r"\[step6_readiness\] dgd/", start_second)
     data = assert_ready(first, first.run())
     assert first_step.is_set() and second_rc, "the second run never started"
-    assert second.ended < first.ended, "the second run was not concurrent with the first"
+    assert second.ended_at < first.ended_at, "the second run was not concurrent with the first"
     assert second_rc[0] != 0, second.output[-3000:]
     refusal = [line for line in second.output.splitlines() if "in use by another run" in line]
     assert refusal, second.output[-3000:]

@@ -26,23 +26,16 @@ the sample inputs), ``${DGD_CONTRACT_PATH}``, ``${DGD_SHA256}``, ``${WORKLOAD_SH
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 import string
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from fixtures.experiments.make_experiment import stage_candidate
-from tests.security import harness
+from deploy_suite import yamlio
+from deploy_suite.files import sha256_file
+from fixtures.experiments.make_experiment import set_line, stage_candidate
+from tests import support
 
 CORPUS = Path(__file__).with_name("corpus")
 DEFAULT_MAX_SECONDS = 90.0  # a loaded 2-core CI machine; the bomb cases set tighter bounds
@@ -62,7 +55,7 @@ class Case:
     @classmethod
     def load(cls, name: str) -> Case:
         folder = CORPUS / name
-        spec: dict[str, Any] = yaml.safe_load((folder / "case.yaml").read_text(encoding="utf-8"))
+        spec: dict[str, Any] = yamlio.load_one(folder / "case.yaml")
         return cls(name, folder, spec)
 
     @property
@@ -87,14 +80,6 @@ class Case:
         return float(self.spec.get("max_rss_mb", DEFAULT_MAX_RSS_MB))
 
 
-def sha(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _render(text: str, values: dict[str, str]) -> str:
     return string.Template(text).safe_substitute(values)
 
@@ -109,7 +94,7 @@ class Materialized:
 
 def materialize(case: Case, dest: Path, context: str, namespace: str) -> Materialized:
     """A fresh copy of the sample experiment with the case's files in place."""
-    exp = harness.write_experiment(dest / "scratch", context=context, namespace=namespace)
+    exp = support.write_experiment(dest / "scratch", context=context, namespace=namespace)
     root = exp.exp_root
     outside = dest / "outside"
     outside.mkdir(parents=True)
@@ -140,21 +125,21 @@ def materialize(case: Case, dest: Path, context: str, namespace: str) -> Materia
         _pad(root / str(generate["path"]), int(generate["pad_to_mb"]) << 20)
     rehash = bool(case.spec.get("rehash", True))
     workload = root / "user_workload.yaml"
-    values["DGD_SHA256"] = sha(root / "inputs" / "user_provided_dgd.yaml")
+    values["DGD_SHA256"] = sha256_file(root / "inputs" / "user_provided_dgd.yaml")
     if rehash and "user_workload.yaml" not in files:
-        harness.set_line(workload, "dgd_sha256", f'"{values["DGD_SHA256"]}"')
+        set_line(workload, "dgd_sha256", f'"{values["DGD_SHA256"]}"')
     if "user_workload.yaml" in files:
         place("user_workload.yaml")
-    values["WORKLOAD_SHA256"] = sha(workload)
+    values["WORKLOAD_SHA256"] = sha256_file(workload)
     if candidate.is_file():
-        values["CANDIDATE_SHA256"] = sha(candidate)
+        values["CANDIDATE_SHA256"] = sha256_file(candidate)
     if rehash:
         for handoff_name, dgd_key in (("handoff-iter-000.yaml", "DGD_SHA256"), ("handoff-iter-001.yaml",
                                                                                  "CANDIDATE_SHA256")):
             path = root / handoff_name
             if handoff_name not in files and path.is_file():
-                harness.set_line(path, "workload_sha256", f'"{values["WORKLOAD_SHA256"]}"')
-                harness.set_line(path, "dgd_sha256", f'"{values[dgd_key]}"')
+                set_line(path, "workload_sha256", f'"{values["WORKLOAD_SHA256"]}"')
+                set_line(path, "dgd_sha256", f'"{values[dgd_key]}"')
     for dest_rel in sorted(late - {"user_workload.yaml"}):
         place(dest_rel)
     for link, target in (case.spec.get("symlinks") or {}).items():
@@ -183,57 +168,26 @@ def _pad(path: Path, size: int) -> None:
 @dataclass(frozen=True)
 class CaseResult:
     case: Case
-    run: harness.SuiteRun
-    max_rss_mb: float
-    events: list[dict[str, Any]]
-    exp_root: Path
+    run: support.SuiteRun
+    events: list[dict[str, Any]]  # the run's audited requests
 
     @property
     def mutations(self) -> list[dict[str, Any]]:
-        return harness.mutations(self.events)
-
-
-def run_measured(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str, float]:
-    """Run ``argv`` from the checkout root; (exit status, stdout, stderr, peak RSS in MB of that child)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, cwd=harness.REPO, env=env, stdout=out, stderr=err)
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        try:
-            # wait4, not wait: the rusage of exactly this child (RUSAGE_CHILDREN would mix in the
-            # other cases running in parallel).
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        return (proc.returncode, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"),
-                usage.ru_maxrss / 1024.0)
+        return support.mutations(self.events)
 
 
 def run_case(case: Case, dest: Path, context: str, namespace: str, kubeconfig: str, audit_log: str) -> CaseResult:
     """Materialize the case, run the real suite on it, and collect its audited requests."""
     mat = materialize(case, dest, context, namespace)
-    agent = harness.new_user_agent(f"security-corpus/{case.name}")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           harness.USER_AGENT_ENV: agent}
-    for key in ("PYTEST_ADDOPTS", "KUBECONFIG"):
-        env.pop(key, None)
-    argv = [sys.executable, "-m", "pytest", *([f"--iter={case.iteration}"] if case.iteration is not None else []),
-            f"--handoff={mat.handoff}", f"--kubeconfig={kubeconfig}", f"--reports-dir={dest / 'reports'}",
-            "-p", "no:cacheprovider", *mat.args]
-    started_wall = time.time()
-    started = time.monotonic()
-    code, stdout, stderr, rss = run_measured(argv, env, timeout=max(case.max_seconds * 3, 120.0))
-    run = harness.SuiteRun(code, stdout, stderr, time.monotonic() - started, mat.exp_root, case.iteration or 0,
-                           agent, started_wall, time.time())
+    agent = support.new_user_agent(f"security-corpus/{case.name}")
+    run = support.run_suite(mat.exp_root, case.iteration, kubeconfig, dest / "reports", *mat.args,
+                            handoff=mat.handoff, user_agent=agent, timeout=max(case.max_seconds * 3, 120.0))
     generate = case.spec.get("generate")
     if generate:  # 50 MB of padding need not outlive the run
         (mat.exp_root / str(generate["path"])).unlink()
-    kube = harness.sentinel_kube(context, kubeconfig, agent)
+    kube = support.sentinel_kube(context, kubeconfig, agent)
     try:
-        events = harness.audit_events(audit_log, kube, agent)
+        events = support.audit_events(audit_log, kube, agent)
     finally:
         kube.close()
-    return CaseResult(case, run, rss, events, mat.exp_root)
+    return CaseResult(case, run, events)

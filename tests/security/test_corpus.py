@@ -1,4 +1,4 @@
-"""Issue 7 item 1: every bad input of ``tests/security/corpus/`` is refused with one clear line.
+"""Every bad input of ``tests/security/corpus/`` is refused with one clear line (docs/security.md).
 
 Each case runs the real suite as a user does (``python -m pytest --iter=N --handoff=... --kubeconfig=...``
 from the checkout root, reports to a temporary directory) against the offline cluster, with a user
@@ -28,7 +28,8 @@ import pytest
 
 from deploy_suite.kube import Kube
 from deploy_suite.offline.cluster import OfflineCluster
-from tests.security import cases, harness
+from tests import support
+from tests.security import cases
 
 pytestmark = [pytest.mark.cluster]
 
@@ -42,8 +43,10 @@ _PREFIXES = (re.compile(r"^ERROR: "), re.compile(r"^blocked: "),
 def the_message(output: str) -> list[str]:
     """Distinct error messages among the lines that carry ``fix:``, summary prefixes removed."""
     messages: list[str] = []
-    for line in harness.fix_lines(output):
-        message = line
+    for line in output.splitlines():
+        if "fix:" not in line:
+            continue
+        message = line.strip()
         for prefix in _PREFIXES:
             message = prefix.sub("", message)
         if message not in messages:
@@ -55,7 +58,7 @@ def _selected(request: pytest.FixtureRequest) -> list[str]:
     names = []
     for item in request.session.items:
         callspec = getattr(item, "callspec", None)
-        if item.module is request.module and callspec is not None and "name" in callspec.params:
+        if getattr(item, "module", None) is request.module and callspec is not None and "name" in callspec.params:
             names.append(str(callspec.params["name"]))
     return names
 
@@ -67,7 +70,7 @@ def corpus_results(request: pytest.FixtureRequest, offline_cluster: OfflineClust
     secret): a case that wrongly got past validation would really deploy, and be caught."""
     info = offline_cluster.info()
     admin: Kube = offline_cluster.kube()
-    namespace = harness.admin_namespace(admin, harness.new_canary(), prefix="corpus")
+    namespace = support.admin_namespace(admin, "corpus", support.new_canary())
     base = tmp_path_factory.mktemp("corpus")
 
     def one(name: str) -> cases.CaseResult:
@@ -99,9 +102,9 @@ def test_bad_input_is_refused_with_one_clear_line_and_no_cluster_request(
     result = corpus_results[name]
     case, run = result.case, result.run
     output = run.output
-    harness.record_figure("corpus", case=name, exit=run.returncode, requests=len(result.events),
+    support.record_figure("corpus", case=name, exit=run.returncode, requests=len(result.events),
                           mutations=len(result.mutations), seconds=round(run.seconds, 2),
-                          max_rss_mb=round(result.max_rss_mb, 1))
+                          max_rss_mb=round(run.max_rss_mb, 1))
     assert run.returncode == case.exit, output
 
     messages = the_message(output)
@@ -117,9 +120,9 @@ def test_bad_input_is_refused_with_one_clear_line_and_no_cluster_request(
     assert not re.search(r"\.py:\d+:", output), output
 
     # No cluster request at all (so certainly no mutation) and nothing created on disk.
-    assert result.mutations == [], [harness.describe(e) for e in result.mutations]
-    assert result.events == [], [harness.describe(e) for e in result.events]
-    artifacts = result.exp_root / "artifacts"
+    assert result.mutations == [], [support.describe(e) for e in result.mutations]
+    assert result.events == [], [support.describe(e) for e in result.events]
+    artifacts = run.exp_root / "artifacts"
     made = {p.name for p in artifacts.iterdir()} if artifacts.is_dir() else set()
     assert made <= ({"deploy-iter-000"} if case.spec.get("stage") else set()), made
     if case.spec.get("stage"):
@@ -127,17 +130,17 @@ def test_bad_input_is_refused_with_one_clear_line_and_no_cluster_request(
     assert not PWNED.exists(), "a YAML tag executed code"
 
     assert run.seconds < case.max_seconds, f"took {run.seconds:.1f}s"
-    assert result.max_rss_mb < case.max_rss_mb, f"peak RSS {result.max_rss_mb:.0f} MB"
+    assert run.max_rss_mb < case.max_rss_mb, f"peak RSS {run.max_rss_mb:.0f} MB"
 
 
 def test_a_sentinel_request_of_a_case_user_agent_is_found(offline_cluster: OfflineCluster) -> None:
     """The audit query itself works: without it 'no request' would prove nothing."""
     info = offline_cluster.info()
-    agent = harness.new_user_agent("security-corpus/probe")
-    kube = harness.sentinel_kube(offline_cluster.context, info.kubeconfig, agent)
+    agent = support.new_user_agent("security-corpus/probe")
+    kube = support.sentinel_kube(offline_cluster.context, info.kubeconfig, agent)
     try:
         kube.get_or_none("Namespace", f"probe-{uuid.uuid4().hex[:6]}")
-        events = harness.audit_events(info.audit_log, kube, agent)
+        events = support.audit_events(info.audit_log, kube, agent)
     finally:
         kube.close()
     assert [(e["verb"], e["objectRef"]["resource"]) for e in events] == [("get", "namespaces")]

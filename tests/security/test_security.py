@@ -1,4 +1,4 @@
-"""Issue 7 item 3 (and the security half of item 4): full runs of the real suite on the offline cluster.
+"""Secrets, a decoy context and what the harness mutates (docs/security.md): full runs on the offline cluster.
 
 One module fixture plays a whole experiment: the cluster admin creates a namespace and
 ``hf-token-secret`` holding a random canary, then iteration 0 and iteration 1 (which retires 0)
@@ -44,7 +44,7 @@ from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline.cluster import OfflineCluster
 from fixtures.experiments.make_experiment import Experiment, stage_candidate
 from fixtures.identities import Identity
-from tests.security import harness
+from tests import support
 
 pytestmark = [pytest.mark.cluster]
 
@@ -63,8 +63,8 @@ class Experiment2:
     canary: str
     exp: Experiment
     reports: Path
-    decoy: harness.Listener
-    runs: list[harness.SuiteRun]
+    decoy: support.Listener
+    runs: list[support.SuiteRun]
     events: list[list[Obj]]  # per run: the harness's audited requests
     kubectl_events: list[list[Obj]]  # per run: kubectl (port-forward) requests in the run's window
 
@@ -74,7 +74,7 @@ def _when(event: Obj) -> float:
     return dt.datetime.fromisoformat(stamp).timestamp()
 
 
-def _kubectl_events(audit_log: str, run: harness.SuiteRun) -> list[Obj]:
+def _kubectl_events(audit_log: str, run: support.SuiteRun) -> list[Obj]:
     """The run's ``kubectl port-forward`` child: kubectl's own user agent, inside the run's window
     (this session's cluster serves one test at a time, so nothing else runs kubectl then)."""
     found = []
@@ -83,7 +83,8 @@ def _kubectl_events(audit_log: str, run: harness.SuiteRun) -> list[Obj]:
             if '"kubectl/' not in line:
                 continue
             event = json.loads(line)
-            if str(event.get("userAgent", "")).startswith("kubectl/") and run.started <= _when(event) <= run.ended:
+            agent = str(event.get("userAgent", ""))
+            if agent.startswith("kubectl/") and run.started_at <= _when(event) <= run.ended_at:
                 found.append(event)
     return found
 
@@ -92,28 +93,28 @@ def _kubectl_events(audit_log: str, run: harness.SuiteRun) -> list[Obj]:
 def experiment2(offline_cluster: OfflineCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Experiment2]:
     info = offline_cluster.info()
     admin = offline_cluster.kube()
-    canary = harness.new_canary()
-    namespace = harness.admin_namespace(admin, canary, prefix="secrun")
+    canary = support.new_canary()
+    namespace = support.admin_namespace(admin, "secrun", canary)
     tmp = tmp_path_factory.mktemp("experiment2")
-    decoy = harness.Listener()
+    decoy = support.Listener()
     try:
-        kubeconfig = harness.decoy_kubeconfig(tmp / "decoy-kubeconfig.yaml", info.kubeconfig,
+        kubeconfig = support.decoy_kubeconfig(tmp / "decoy-kubeconfig.yaml", info.kubeconfig,
                                               offline_cluster.context, decoy.port)
-        exp = harness.write_experiment(tmp / "scratch", context=offline_cluster.context, namespace=namespace)
+        exp = support.write_experiment(tmp / "scratch", context=offline_cluster.context, namespace=namespace)
         reports = tmp / "reports"
-        runs: list[harness.SuiteRun] = []
+        runs: list[support.SuiteRun] = []
         events: list[list[Obj]] = []
         kubectl: list[list[Obj]] = []
         for iteration in (0, 1):
             if iteration == 1:
                 stage_candidate(exp.exp_root, 1)
-            run = harness.run_suite(exp.exp_root, iteration, kubeconfig, reports,
-                                    user_agent=harness.new_user_agent(f"security-run/iter-{iteration}"))
+            agent = support.new_user_agent(f"security-run/iter-{iteration}")
+            run = support.run_suite(exp.exp_root, iteration, kubeconfig, reports, user_agent=agent)
             assert run.returncode == 0, run.output
             runs.append(run)
-            sentinel = harness.sentinel_kube(offline_cluster.context, info.kubeconfig, run.user_agent)
+            sentinel = support.sentinel_kube(offline_cluster.context, info.kubeconfig, agent)
             try:
-                events.append(harness.audit_events(info.audit_log, sentinel, run.user_agent))
+                events.append(support.audit_events(info.audit_log, sentinel, agent))
             finally:
                 sentinel.close()
             kubectl.append(_kubectl_events(info.audit_log, run))
@@ -151,9 +152,9 @@ def test_the_secret_value_never_appears_in_any_artifact_or_output(experiment2: E
     for where, text in _texts(experiment2):
         searched += 1
         leaks += [where for form in forms if form in text]
-    harness.record_figure("secret-leaks", leaks=len(leaks), searched=searched)
+    support.record_figure("secret-leaks", leaks=len(leaks), searched=searched)
     assert leaks == []
-    # The search covered what the spec names: ledgers, smoke files, HTML, JUnit, output.
+    # The search covered every kind of output: ledgers, smoke files, HTML, JUnit, terminal output.
     names = {Path(w).name for w, _ in _texts(experiment2)}
     assert {"deployment_ledger.json", "smoke_test_artifact.json", "deploy-iter-000.html",
             "deploy-iter-001.xml"} <= names
@@ -166,17 +167,17 @@ def test_secrets_are_only_read_by_name_with_metadata_only_requests(experiment2: 
         assert on_secrets, "the run never checked its secret"
         for e in on_secrets:
             assert (e["verb"], e["objectRef"].get("name"), e["objectRef"].get("namespace")) == (
-                "get", harness.SECRET, experiment2.namespace), harness.describe(e)
+                "get", support.SECRET, experiment2.namespace), support.describe(e)
         recorded = [c["command"] for c in run.ledger()["commands"] if " secrets" in c["command"]]
-        assert len(recorded) == len(on_secrets), (recorded, [harness.describe(e) for e in on_secrets])
+        assert len(recorded) == len(on_secrets), (recorded, [support.describe(e) for e in on_secrets])
         for command in recorded:
-            assert f"get secrets {harness.SECRET} -n {experiment2.namespace} -o 'jsonpath={{.metadata}}'" in command
+            assert f"get secrets {support.SECRET} -n {experiment2.namespace} -o 'jsonpath={{.metadata}}'" in command
 
     # Replay the harness's own request (Kube.secret_exists -> metadata-only GET): no value comes back.
     info = experiment2.cluster.info()
-    kube = Kube(experiment2.cluster.context, info.kubeconfig, user_agent=harness.new_user_agent("security-replay"))
+    kube = Kube(experiment2.cluster.context, info.kubeconfig, user_agent=support.new_user_agent("security-replay"))
     try:
-        answer = kube.get("Secret", harness.SECRET, experiment2.namespace, metadata_only=True)
+        answer = kube.get("Secret", support.SECRET, experiment2.namespace, metadata_only=True)
     finally:
         kube.close()
     assert answer["kind"] == "PartialObjectMetadata" and "data" not in answer and "stringData" not in answer
@@ -188,7 +189,7 @@ def test_secrets_are_only_read_by_name_with_metadata_only_requests(experiment2: 
 
 
 def test_a_decoy_current_context_gets_no_connection(experiment2: Experiment2) -> None:
-    harness.record_figure("decoy", connections=experiment2.decoy.connections, runs=len(experiment2.runs))
+    support.record_figure("decoy", connections=experiment2.decoy.connections, runs=len(experiment2.runs))
     assert experiment2.decoy.connections == 0
     for run in experiment2.runs:
         commands = [c["command"] for c in run.ledger()["commands"]]
@@ -202,18 +203,18 @@ def test_the_harness_mutates_only_what_it_owns_and_only_after_validation(experim
     before_validation = 0
     for index, (run, events, kubectl) in enumerate(zip(experiment2.runs, experiment2.events,
                                                        experiment2.kubectl_events, strict=True)):
-        changed = harness.mutations(events)
+        changed = support.mutations(events)
         assert changed, "a ready run applies something"
         for e in changed:
             ref = e["objectRef"]
-            assert ref["resource"] not in NEVER_MUTATED, harness.describe(e)
-            assert ref["resource"] in HANDED_OVER_KINDS, harness.describe(e)
-            assert ref.get("namespace") == experiment2.namespace, harness.describe(e)
+            assert ref["resource"] not in NEVER_MUTATED, support.describe(e)
+            assert ref["resource"] in HANDED_OVER_KINDS, support.describe(e)
+            assert ref.get("namespace") == experiment2.namespace, support.describe(e)
             if ref["resource"] == "dynamographdeployments":
-                assert ref.get("name") == DGD_NAME, harness.describe(e)
+                assert ref.get("name") == DGD_NAME, support.describe(e)
         deletes = [e for e in changed if e["verb"] in {"delete", "deletecollection"}]
         if index == 0:
-            assert deletes == [], [harness.describe(e) for e in deletes]
+            assert deletes == [], [support.describe(e) for e in deletes]
         else:
             assert [(e["objectRef"]["resource"], e["objectRef"]["name"]) for e in deletes] == [
                 ("dynamographdeployments", DGD_NAME)]
@@ -222,12 +223,12 @@ def test_the_harness_mutates_only_what_it_owns_and_only_after_validation(experim
         validated = dt.datetime.fromisoformat(str(step2["ended_at"]).replace("Z", "+00:00")).timestamp()
         early = [e for e in changed if _when(e) < validated]
         before_validation += len(early)
-        assert early == [], [harness.describe(e) for e in early]
+        assert early == [], [support.describe(e) for e in early]
         # The kubectl child: port-forward only (a "create" on pods/portforward) and reads.
-        for e in harness.mutations(kubectl):
+        for e in support.mutations(kubectl):
             assert (e["objectRef"].get("resource"), e["objectRef"].get("subresource")) == ("pods", "portforward"), \
-                harness.describe(e)
-    harness.record_figure("full-run-mutations-before-validation", mutations=before_validation)
+                support.describe(e)
+    support.record_figure("full-run-mutations-before-validation", mutations=before_validation)
 
 
 # ------------------------------------------------------------------ (c) a namespace-scoped identity
@@ -236,11 +237,11 @@ def test_the_harness_mutates_only_what_it_owns_and_only_after_validation(experim
 def test_a_namespaced_service_account_runs_to_ready_with_limitations(
         offline_cluster: OfflineCluster, cluster_kube: Kube, deployer_identity: Identity, tmp_path: Path) -> None:
     namespace = deployer_identity.namespace
-    cluster_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": harness.SECRET},
-                         "type": "Opaque", "stringData": {"HF_TOKEN": harness.new_canary()}}, namespace)
-    exp = harness.write_experiment(tmp_path / "scratch", context=deployer_identity.context, namespace=namespace)
-    run = harness.run_suite(exp.exp_root, 0, deployer_identity.kubeconfig, tmp_path / "reports",
-                            user_agent=harness.new_user_agent("security-run/namespaced"))
+    cluster_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": support.SECRET},
+                         "type": "Opaque", "stringData": {"HF_TOKEN": support.new_canary()}}, namespace)
+    exp = support.write_experiment(tmp_path / "scratch", context=deployer_identity.context, namespace=namespace)
+    agent = support.new_user_agent("security-run/namespaced")
+    run = support.run_suite(exp.exp_root, 0, deployer_identity.kubeconfig, tmp_path / "reports", user_agent=agent)
     assert run.returncode == 0, run.output
     data = run.ledger()
     assert data["status"] == "ready", data["blockers"]
@@ -250,9 +251,9 @@ def test_a_namespaced_service_account_runs_to_ready_with_limitations(
         assert expected in limits, limits
     assert (data["capacity"] or {}).get("capacity") == "unknown"
 
-    kube = deployer_identity.kube(user_agent=run.user_agent)
+    kube = deployer_identity.kube(user_agent=agent)
     try:
-        events = harness.audit_events(offline_cluster.info().audit_log, kube, run.user_agent)
+        events = support.audit_events(offline_cluster.info().audit_log, kube, agent)
     finally:
         kube.close()
     assert {e["user"]["username"] for e in events} == {deployer_identity.username}
@@ -262,5 +263,5 @@ def test_a_namespaced_service_account_runs_to_ready_with_limitations(
     # Only cluster-scope reads were refused: everything the run needs inside its namespace was allowed.
     assert {verb for verb, _ in forbidden} <= {"get", "list", "watch"}, forbidden
     assert {resource for _, resource in forbidden} <= CLUSTER_SCOPED, forbidden
-    changed: list[Any] = harness.mutations(events)
+    changed: list[Any] = support.mutations(events)
     assert {e["objectRef"]["resource"] for e in changed} <= HANDED_OVER_KINDS

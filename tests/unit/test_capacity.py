@@ -11,15 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deploy_suite.capacity import check_capacity
-from deploy_suite.dgd import (
-    LabelSelector,
-    PodAffinityTerm,
-    PodDemand,
-    Scheduling,
-    Toleration,
-    load_dgd,
-    parse_dgd,
-)
+from deploy_suite.dgd import PodDemand, load_dgd, parse_dgd
+from deploy_suite.scheduling import LabelSelector, PodAffinityTerm, Scheduling, Toleration
 
 DATA = Path(__file__).parent / "data"
 GPU = "nvidia.com/gpu"

@@ -1,4 +1,4 @@
-"""Unit tests of the DGD model (deploy_suite.dgd): parsing both API shapes, pod demands, knobs."""
+"""Unit tests of the DGD model (deploy_suite.dgd): parsing both API shapes, pod demands."""
 
 from __future__ import annotations
 
@@ -8,22 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy_suite.dgd import (
-    KNOBS,
-    LABEL_COMPONENT,
-    LABEL_COMPONENT_TYPE,
-    LABEL_DGD_NAME,
-    Dgd,
-    EnvFrom,
-    Requirement,
-    Taint,
-    Toleration,
-    changed_knobs,
-    load_dgd,
-    parse_dgd,
-    unknown_knobs,
-)
+from deploy_suite.constants import LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME
+from deploy_suite.dgd import Dgd, from_documents, load_dgd, parse_dgd
 from deploy_suite.errors import InputError
+from deploy_suite.podspec import EnvFrom
+from deploy_suite.scheduling import Requirement, Toleration
 
 DATA = Path(__file__).parent / "data"
 
@@ -293,43 +282,6 @@ def test_required_node_affinity_tolerations_and_pod_anti_affinity_are_parsed():
     assert aff.all_namespaces
 
 
-@pytest.mark.parametrize(
-    ("toleration", "taint", "tolerated"),
-    [
-        (Toleration("", "Exists"), Taint("anything", "v", "NoExecute"), True),
-        (Toleration("k", "Exists"), Taint("k", "v", "NoSchedule"), True),
-        (Toleration("k", "Equal", "v"), Taint("k", "v", "NoSchedule"), True),
-        (Toleration("k", "Equal", "v"), Taint("k", "other", "NoSchedule"), False),
-        (Toleration("k", "Equal", "v", "NoExecute"), Taint("k", "v", "NoSchedule"), False),
-        (Toleration("k", "Exists", "", "NoSchedule"), Taint("k", "", "NoSchedule"), True),
-        (Toleration("other", "Exists"), Taint("k", "", "NoSchedule"), False),
-        (Toleration("k", "Equal", ""), Taint("k", "", "NoSchedule"), True),
-    ],
-)
-def test_tolerations_match_taints_like_kubernetes(toleration, taint, tolerated):
-    assert toleration.tolerates(taint) is tolerated
-
-
-@pytest.mark.parametrize(
-    ("req", "labels", "matches"),
-    [
-        (Requirement("a", "In", ("1", "2")), {"a": "2"}, True),
-        (Requirement("a", "In", ("1",)), {}, False),
-        (Requirement("a", "NotIn", ("1",)), {}, True),
-        (Requirement("a", "NotIn", ("1",)), {"a": "1"}, False),
-        (Requirement("a", "Exists"), {"a": ""}, True),
-        (Requirement("a", "DoesNotExist"), {"a": "x"}, False),
-        (Requirement("a", "Gt", ("4",)), {"a": "8"}, True),
-        (Requirement("a", "Gt", ("4",)), {"a": "4"}, False),
-        (Requirement("a", "Lt", ("4",)), {"a": "3"}, True),
-        (Requirement("a", "Gt", ("4",)), {"a": "eight"}, False),
-        (Requirement("a", "Lt", ("4",)), {}, False),
-    ],
-)
-def test_match_expressions_follow_kubernetes_operators(req, labels, matches):
-    assert req.matches(labels) is matches
-
-
 # ---------------------------------------------------------------- unrepresentable -> recorded, not raised
 
 UNREPRESENTABLE = [
@@ -374,7 +326,8 @@ def test_what_the_model_cannot_represent_is_recorded_with_a_reason(case, text, n
 # ---------------------------------------------------------------- input errors
 
 INPUT_ERRORS = [
-    ("not YAML", "a: [unclosed", "not valid YAML"),
+    ("not YAML", "a: [unclosed", "YAML syntax error at line 1"),
+    ("a duplicate key", "metadata: {name: a}\nmetadata: {name: b}\n", "duplicate key 'metadata'"),
     ("no DGD", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "no DynamoGraphDeployment"),
     ("a scalar document", "just a string\n", "expected a Kubernetes object"),
     (
@@ -407,8 +360,16 @@ def test_malformed_input_raises_a_one_line_input_error_naming_input_and_fix(case
 
 
 def test_an_unreadable_file_is_an_input_error(tmp_path):
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(InputError, match="cannot be read"):
         load_dgd(tmp_path / "missing.yaml")
+
+
+def test_a_file_and_its_parsed_documents_give_the_same_model():
+    """Step 2 reads the deploy copy once and patches its documents in memory: the model built
+    from them must be the one the file gives."""
+    path = DATA / "dgd_v1alpha1_agg.yaml"
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    assert from_documents(documents, str(path)) == load_dgd(path)
 
 
 # ---------------------------------------------------------------- pod demands
@@ -444,52 +405,3 @@ def test_pod_demands_carry_the_operator_labels_and_constraints():
 def test_zero_replicas_produce_no_pod_demands():
     dgd = parse_dgd(alpha("W:\n  replicas: 0\n  resources:\n    limits: {gpu: '8'}"))
     assert dgd.pod_demands() == [] and dgd.total_gpus() == 0
-
-
-# ---------------------------------------------------------------- knobs
-
-KNOB_TABLE = [
-    ("dgd_v1alpha1_agg.yaml", "framework", "vllm"),
-    ("dgd_v1alpha1_agg.yaml", "mode", "agg"),
-    ("dgd_v1alpha1_agg.yaml", "model", "Qwen/Qwen3-32B-FP8"),
-    ("dgd_v1alpha1_agg.yaml", "precision", "fp8"),
-    ("dgd_v1alpha1_agg.yaml", "tensor_parallel_size", {"VllmWorker": 4}),
-    ("dgd_v1alpha1_agg.yaml", "gpu_type", "NVIDIA-H100-80GB-HBM3"),
-    ("dgd_v1alpha1_agg.yaml", "replicas", {"Frontend": 1, "VllmWorker": 2}),
-    ("dgd_v1alpha1_agg.yaml", "gpus_per_worker", {"VllmWorker": 4}),
-    ("dgd_v1alpha1_disagg.yaml", "mode", "disagg"),
-    ("dgd_v1alpha1_disagg.yaml", "tensor_parallel_size", {"VllmPrefillWorker": 2, "VllmDecodeWorker": 4}),
-    ("dgd_v1beta1.yaml", "framework", "sglang"),
-    ("dgd_v1beta1.yaml", "precision", "nvfp4"),
-    ("dgd_v1beta1.yaml", "data_parallel_size", {"worker": 2}),
-    ("dgd_v1beta1.yaml", "pipeline_parallel_size", {"worker": None}),
-    ("dgd_v1beta1.yaml", "gpu_type", "NVIDIA-B200"),
-    ("dgd_multinode.yaml", "mode", "disagg"),
-    ("dgd_multinode.yaml", "gpus_per_worker", {"decode": 16, "prefill": 16}),
-    ("dgd_gaie.yaml", "precision", "fp8"),
-    ("dgd_gaie.yaml", "mode", "agg"),
-]
-
-
-@pytest.mark.parametrize(("file", "knob", "value"), KNOB_TABLE)
-def test_knobs_read_the_documented_value(file, knob, value):
-    assert fixture(file).knobs([knob]) == {knob: value}
-
-
-def test_every_knob_is_documented_and_readable():
-    values = fixture("dgd_v1alpha1_agg.yaml").knobs()
-    assert set(values) == set(KNOBS)
-    assert all(k.doc for k in KNOBS.values())
-
-
-def test_unknown_knob_names_are_detected():
-    assert unknown_knobs(["mode", "precison", "tp"]) == ["precison", "tp"]
-    with pytest.raises(KeyError, match="precison"):
-        fixture("dgd_v1beta1.yaml").knobs(["precison"])
-
-
-def test_changed_knobs_lists_only_differences():
-    agg = fixture("dgd_v1alpha1_agg.yaml")
-    disagg = fixture("dgd_v1alpha1_disagg.yaml")
-    assert changed_knobs(agg, agg, ["mode", "precision"]) == {}
-    assert changed_knobs(agg, disagg, ["mode", "precision"]) == {"mode": ("agg", "disagg")}

@@ -1,4 +1,4 @@
-"""Every rule of step 1 (settings from options/handoff, then deploy_suite.inputs.prepare), table-driven.
+"""Every rule of step 1 (deploy_suite.inputs.prepare), table-driven; option values: test_settings.py.
 
 Each test works on a scratch copy of the sample experiment (fixtures/experiments), never on the
 checked-in one.
@@ -6,6 +6,7 @@ checked-in one.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -15,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_suite import inputs
-from deploy_suite.errors import InputError
+from deploy_suite import inputs, workspace
+from deploy_suite.errors import DeploymentLocked, InputError
 from deploy_suite.ledger import LEDGER_NAME
-from deploy_suite.settings import DEFAULT_SMOKE_PROMPT, Settings, SupportInput, Timeouts, build_settings
+from deploy_suite.settings import Settings, SupportInput
 from fixtures.experiments.make_experiment import Experiment, make_experiment, stage_candidate
 
 EXP_ID = "20260601T120000Z-demo"
@@ -76,105 +77,6 @@ def assert_one_line(error: InputError, *needles: str) -> None:
     assert "; fix: " in text
     for needle in needles:
         assert needle in text, text
-
-
-# --- settings: option-level rules ------------------------------------------------------------
-
-BASE_CLI: dict[str, Any] = {}
-
-
-def cli_for(exp: Experiment, **overrides: Any) -> dict[str, Any]:
-    root = exp.exp_root
-    values: dict[str, Any] = {
-        "iteration": 0,
-        "exp_root": str(root),
-        "workload": str(root / "user_workload.yaml"),
-        "workload_sha256": exp.workload_sha256,
-        "dgd": str(root / "inputs" / "user_provided_dgd.yaml"),
-        "dgd_sha256": exp.dgd_sha256,
-        "provenance": "user-interviewer",
-    }
-    values.update(overrides)
-    return values
-
-
-@pytest.mark.parametrize(
-    ("overrides", "needles"),
-    [
-        ({"iteration": -1}, ["--iter", "negative"]),
-        ({"iteration": None}, ["--iter", "missing"]),
-        ({"provenance": "perf-analyzer"}, ["--provenance", "unknown provenance", "user-interviewer"]),
-        ({"provenance": "hypothesis-challenger"}, ["--provenance", "does not match iteration 0"]),
-        ({"iteration": 1, "prev_deploy_root": "x"}, ["--provenance", "does not match iteration 1"]),
-        ({"provenance": None}, ["--provenance", "missing"]),
-        ({"workload_sha256": "z" * 64}, ["--workload-sha256", "not a SHA-256"]),
-        ({"dgd_sha256": "ab" * 31}, ["--dgd-sha256", "got 62"]),
-        ({"dgd_sha256": None}, ["--dgd-sha256", "missing"]),
-        ({"exp_root": None}, ["--exp-root", "missing"]),
-        ({"workload": None}, ["--workload", "missing"]),
-        ({"iteration": 1, "provenance": "hypothesis-challenger"}, ["--prev-deploy-root", "missing"]),
-        ({"prev_deploy_root": "artifacts/deploy-iter-000"}, ["--prev-deploy-root", "iteration 0"]),
-        ({"support": ["model-cache"]}, ["--support", "TYPE=PATH"]),
-        ({"support": ["model-weights=x.yaml"]}, ["--support", "unknown support type"]),
-        ({"kubeconfig": "/nonexistent/kubeconfig"}, ["--kubeconfig", "not a file"]),
-        ({"smoke_prompt": "  "}, ["--smoke-prompt", "empty"]),
-        ({"retire_s": 0}, ["--timeout-retire", "positive"]),
-    ],
-    ids=lambda v: str(v) if not isinstance(v, list) else None,
-)
-def test_bad_option_is_refused_with_one_line(exp: Experiment, overrides: dict[str, Any], needles: list[str]):
-    with pytest.raises(InputError) as info:
-        build_settings(cli_for(exp, **overrides), invocation_dir=exp.exp_root)
-    assert_one_line(info.value, *needles)
-
-
-def test_settings_apply_documented_defaults(exp: Experiment):
-    settings = build_settings(cli_for(exp), invocation_dir=exp.exp_root)
-    assert settings.smoke_prompt == DEFAULT_SMOKE_PROMPT
-    assert settings.timeouts == Timeouts()
-    assert (settings.timeouts.job_download_s, settings.timeouts.job_validate_s, settings.timeouts.retire_s) == (
-        6000, 3600, 600)
-    assert (settings.timeouts.smoke_reach_attempts, settings.timeouts.smoke_reach_interval_s) == (30, 2)
-    assert (settings.timeouts.smoke_models_attempts, settings.timeouts.smoke_models_interval_s) == (30, 10)
-    assert settings.keep_on_failure is False
-    assert settings.deploy_id == "deploy-iter-000"
-    assert settings.deploy_root == exp.exp_root / "artifacts" / "deploy-iter-000"
-
-
-def test_handoff_paths_are_relative_to_the_handoff_and_the_command_line_wins(exp: Experiment, tmp_path: Path):
-    from_handoff = build_settings({}, invocation_dir=tmp_path, handoff_path=exp.handoff0)
-    assert from_handoff.exp_root.resolve() == exp.exp_root.resolve()
-    assert from_handoff.workload.resolve() == (exp.exp_root / "user_workload.yaml").resolve()
-    assert [s.type for s in from_handoff.support] == ["model-cache", "model-download"]
-    assert from_handoff.storage_class == "standard"
-    overridden = build_settings(
-        {"storage_class": "fast", "support": ["model-cache=other.yaml"], "keep_on_failure": True, "retire_s": 30},
-        invocation_dir=tmp_path,
-        handoff_path=exp.handoff0,
-    )
-    assert overridden.storage_class == "fast"
-    assert overridden.support == (SupportInput("model-cache", tmp_path / "other.yaml"),)
-    assert overridden.keep_on_failure is True
-    assert overridden.timeouts.retire_s == 30
-
-
-@pytest.mark.parametrize(
-    ("content", "needles"),
-    [
-        (None, ["--handoff", "file not found"]),
-        ("a: [1,\n", ["--handoff", "YAML syntax error at line"]),
-        ("a: 1\n---\nb: 2\n", ["--handoff", "exactly one YAML mapping"]),
-        ("iteration: 0\nexp-rot: .\n", ["--handoff", "unknown key 'exp-rot'"]),
-        ("timeouts: {retire: 5}\n", ["timeouts.retire", "unknown timeout"]),
-    ],
-)
-def test_bad_handoff_file_is_refused(exp: Experiment, tmp_path: Path, content: str | None, needles: list[str]):
-    handoff = tmp_path / "handoff.yaml"
-    if content is not None:
-        handoff.write_text(content)
-    with pytest.raises(InputError) as info:
-        build_settings(cli_for(exp), invocation_dir=tmp_path, handoff_path=handoff)
-    assert_one_line(info.value, *needles)
 
 
 # --- prepare: the happy path -----------------------------------------------------------------
@@ -577,3 +479,59 @@ def test_rel_paths_are_exp_root_relative_even_through_a_symlinked_root(exp: Expe
     prepared = inputs.prepare(settings)
     assert prepared.workload_file.rel == "user_workload.yaml"
     assert prepared.source_dgd.rel == "inputs/user_provided_dgd.yaml"
+
+
+# --- the deployment directory's lock and copies ----------------------------------------------
+
+
+def test_a_directory_locked_by_another_run_is_refused_with_nothing_written(exp: Experiment):
+    root = exp.exp_root / "artifacts" / "deploy-iter-000"
+    root.mkdir(parents=True)
+    # Another open file description of the directory holds the flock: a concurrent run of this iteration.
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        seen: list[bool] = []
+        with pytest.raises(DeploymentLocked) as info:
+            inputs.prepare(settings_for(exp), on_directory=lambda _r, resumed, _e: seen.append(resumed))
+        assert_one_line(info.value, "--iter 0", "in use by another run of this iteration", f"pid {os.getpid()}",
+                        "nothing was written")
+        assert seen == [] and list(root.iterdir()) == []
+    finally:
+        os.close(fd)
+    prepared = inputs.prepare(settings_for(exp))  # the holder is gone: the rerun proceeds
+    assert prepared.resume is not None and prepared.resume.kept == ()
+    workspace.release_deployment_lock(prepared.deploy_root)
+
+
+def test_the_lock_is_reentrant_and_released_at_session_end(exp: Experiment):
+    first = inputs.prepare(settings_for(exp))
+    second = inputs.prepare(settings_for(exp))  # the same process may prepare again (a rerun in one session)
+    assert second.resume is not None
+    workspace.release_deployment_lock(first.deploy_root)
+    fd = os.open(first.deploy_root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # would raise BlockingIOError if still held
+    finally:
+        os.close(fd)
+    workspace.release_deployment_lock(first.deploy_root)  # releasing twice is a no-op
+
+
+def test_a_failed_copy_leaves_neither_a_partial_file_nor_a_temporary(tmp_path: Path):
+    dest = tmp_path / "deploy.yaml"
+    dest.write_text("the earlier copy\n")
+    with pytest.raises(FileNotFoundError):
+        workspace.copy_atomically(tmp_path / "missing.yaml", dest)
+    assert [p.name for p in tmp_path.iterdir()] == ["deploy.yaml"]
+    assert dest.read_text() == "the earlier copy\n"
+
+
+def test_own_directory_ledger_is_read_only_for_the_same_candidate(exp: Experiment):
+    settings = settings_for(exp)
+    assert workspace.own_directory_ledger(settings) is None  # no directory yet
+    prepared = inputs.prepare(settings)
+    (prepared.deploy_root / LEDGER_NAME).write_text(json.dumps(_ledger_for(prepared)))
+    assert workspace.own_directory_ledger(settings) == _ledger_for(prepared)
+    other = settings_for(exp, dgd_sha256="c" * 64)  # another candidate handed for the same iteration
+    assert workspace.own_directory_ledger(other) is None
+    workspace.release_deployment_lock(prepared.deploy_root)

@@ -88,19 +88,29 @@ def test_every_record_method_keeps_the_ledger_schema_valid(tmp_path: Path):
     book.record_command(Command("kubectl --context c get ns x", "read", "2026-06-01T12:00:00Z", "ok"))
     book.add_patch("artifacts/deploy-iter-000/applied_manifests/model-cache.yaml",
                    "storageClassName your-storage-class-name -> standard", "placeholder storage class")
-    book.add_reapply("artifacts/deploy-iter-000/applied_manifests/model-cache.yaml", "patched")
     book.add_blocker("step2_validate", "secret", "secret hf-token-secret missing", "create it (name only)")
     book.add_limitation("storageclass list forbidden")
     book.add_diagnostic({"step": "step6_readiness", "excerpt": "0/3 nodes available"})
     book.add_cleanup_command("kubectl --context c delete dynamographdeployment demo-agg -n ns")
     book.add_config_engagement({"pod": "p", "arg": "--max-num-seqs 64"})
-    book.add_hold_decision({"ttl_s": 600, "outcome": "tear down"})
     book.add_failed_attempt("step6_readiness", "untolerated-taint", {"event": "FailedScheduling"}, "taint")
     for section, value in (("preflight", {"pinned_ok": True}), ("gpus_requested", 1),
                            ("allocated_at", "2026-06-01T12:00:00Z"), ("smoke", {"success": 1})):
         book.set_section(section, value)
-    assert book.save()
+    assert book.save(check_schema=True)
     ledger.validate(json.loads((tmp_path / ledger.LEDGER_NAME).read_text()))
+
+
+def test_only_a_checked_save_validates_the_schema(tmp_path: Path):
+    path = tmp_path / ledger.LEDGER_NAME
+    book = ledger.Ledger(document(), path)
+    book.data["gpus_requested"] = "8"  # breaks the schema (an integer)
+    assert book.save()  # a save inside a step: guarded and atomic, the schema is checked at its end
+    assert json.loads(path.read_text())["gpus_requested"] == "8"
+    book.data["status"] = "blocked"
+    with pytest.raises(LedgerError, match="gpus_requested"):
+        book.save(check_schema=True)
+    assert json.loads(path.read_text())["status"] == "in_progress"  # the refused write left the file
 
 
 def test_command_kind_outside_the_contract_is_refused():
@@ -235,12 +245,12 @@ def test_secret_material_is_refused(tmp_path: Path, value: Any):
         assert value not in str(info.value)
 
 
-def test_registered_secret_value_is_refused_anywhere(tmp_path: Path):
+def test_every_save_refuses_secret_material_also_without_the_schema_check(tmp_path: Path):
     book = ledger.Ledger(document(), tmp_path / ledger.LEDGER_NAME)
-    book.register_secret("s3cr3t-value")
-    book.add_diagnostic({"log": "connecting with password s3cr3t-value"})
-    with pytest.raises(SecretLeak):
+    book.add_diagnostic({"log": f"HF_TOKEN: {SECRET_BLOB}"})
+    with pytest.raises(SecretLeak, match="diagnostics/0/log"):
         book.save()
+    assert not (tmp_path / ledger.LEDGER_NAME).exists()
 
 
 @pytest.mark.parametrize(
@@ -274,9 +284,14 @@ def run(tmp_path: Path) -> RunState:
     return state
 
 
-def saved(run: RunState) -> dict[str, Any]:
+def saved_unchecked(run: RunState) -> dict[str, Any]:
     assert run.ledger_path is not None
-    data = json.loads(run.ledger_path.read_text())
+    data: dict[str, Any] = json.loads(run.ledger_path.read_text())
+    return data
+
+
+def saved(run: RunState) -> dict[str, Any]:
+    data = saved_unchecked(run)
     ledger.validate(data)
     return data
 
@@ -339,6 +354,19 @@ def test_all_steps_passed_or_self_skipped_is_ready(run: RunState):
         else:
             run.end_step(name, "passed")
     assert (saved(run)["status"], saved(run)["current_step"]) == ("ready", "step7_smoke")
+
+
+def test_the_schema_is_checked_where_a_step_ends_and_at_session_end(run: RunState):
+    run.begin_step("step1_inputs")
+    run.ledger.data["gpus_requested"] = "8"  # a step breaking the ledger's shape
+    run.save()
+    assert saved_unchecked(run)["gpus_requested"] == "8"
+    with pytest.raises(LedgerError, match="gpus_requested"):
+        run.end_step("step1_inputs", "passed")
+    assert saved_unchecked(run)["steps"][0]["outcome"] == "not_run"  # that write was refused
+    with pytest.raises(LedgerError, match="gpus_requested"):
+        run.finish(0)
+    assert saved_unchecked(run)["session"]["finished_at"] is None
 
 
 def test_mutating_commands_are_saved_at_once(run: RunState):

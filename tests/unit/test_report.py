@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from deploy_suite import ledger as ledger_mod
-from deploy_suite import report
+from deploy_suite import report, report_capacity
 from deploy_suite.capacity import check_capacity
-from deploy_suite.dgd import PodDemand, Scheduling
+from deploy_suite.dgd import PodDemand
+from deploy_suite.scheduling import Scheduling
 
 DATA = Path(__file__).parent / "data"
 HOSTILE = '<script>alert("x")</script>'
@@ -107,7 +108,7 @@ def test_capacity_picture_matches_the_engine_grid() -> None:
     demands = [PodDemand(f"W-{i}", "W", "worker", i, 0, 2, "nvidia.com/gpu", Scheduling((), None, (), (), ()),
                          {}, "ns") for i in range(3)]
     result = check_capacity(demands, [node("a", 4), node("b", 4), node("c", 2, cordoned=True)], pods)
-    mine = report.capacity_grid(result.to_dict()["table"])
+    mine = report_capacity.capacity_grid(result.to_dict()["table"])
     assert [[s["kind"] for s in g["slots"]] for g in mine] == [[s["kind"] for s in g["slots"]] for g in result.grid()]
     assert mine[2]["cordoned"] is True
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from deploy_suite import triage
+from deploy_suite import conditions, triage
+from deploy_suite.errors import StepFailure, WaitTimeout
+from deploy_suite.kube import DGD, KNOWN
 from deploy_suite.smoke import parse_instance_id
+from tests import fakekube
 
 TAINT_AND_SELECTOR = ("0/4 nodes are available: 1 node(s) had untolerated taint(s), 3 node(s) didn't match Pod's "
                       "node affinity/selector. no new claims to deallocate, preemption: 0/4 nodes are available: "
@@ -47,6 +50,7 @@ def test_an_untolerated_taint_is_a_failed_deploy_that_names_the_taint():
 def test_insufficient_gpus_on_eligible_nodes_is_contention_with_a_next_check():
     v = triage.triage_pending(pod(gpus=8, selector={"p": "h200"}), ev(INSUFFICIENT), NODES)
     assert v is not None and v.category == triage.CONTENTION and v.can_wait and v.next_check_s == 30.0
+    assert "waiting for capacity (nvidia.com/gpu) on otherwise-eligible nodes" in v.diagnosis
 
 
 def test_a_request_no_eligible_node_can_hold_is_a_failed_deploy_not_contention():
@@ -91,3 +95,138 @@ def test_a_running_container_is_not_a_crash():
 ])
 def test_the_direct_routing_instance_id_is_read_from_logs_as_decimal(log, expected):
     assert parse_instance_id(log) == expected
+
+
+# ------------------------------------------------------------------ the callers: waits that triage pending pods
+# The Job wait (step 4) and the readiness wait (step 6) triage a pod the moment the scheduler
+# gives up on it, against the in-memory apiserver (tests/fakekube.py) with a FakeClock.
+
+NS = "demo"
+DGD_LABEL = {"nvidia.com/dynamo-graph-deployment-name": "d"}
+
+
+@pytest.fixture
+def fake():
+    with fakekube.installed() as (api, kube, _records):
+        api.watchers = 2  # every wait below watches two collections
+        yield api, kube
+
+
+def pending(name, message, labels, gpus=1, at="2026-01-01T00:00:00Z"):
+    p = fakekube.pod(name, NS, labels=labels, gpus=gpus, unschedulable=message)
+    p["status"]["conditions"][-1]["lastTransitionTime"] = at
+    return p
+
+
+def scheduled(api, name, message, labels, gpus=1):
+    api.put(KNOWN["Pod"], pending(name, message, labels, gpus))
+    api.put(KNOWN["Event"], fakekube.scheduling_event(name, NS, message))
+
+
+def event_reads(api):
+    return [r for r in api.requests if r.path.endswith("/events")]
+
+
+def test_a_job_pod_that_can_never_schedule_stops_the_job_wait_with_the_schedulers_words(fake):
+    api, kube = fake
+    scheduled(api, "model-download-x", TAINT_AND_SELECTOR, {"job-name": "model-download"})
+    api.put(KNOWN["Job"], fakekube.job("model-download", NS))
+    with pytest.raises(StepFailure) as caught:
+        kube.wait(conditions.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
+    assert caught.value.category == triage.FAILED_DEPLOY
+    assert str(caught.value).startswith("model-download job model-download cannot run: pod model-download-x can "
+                                        "never schedule as written")
+    assert caught.value.evidence == [f"pod model-download-x: FailedScheduling: {TAINT_AND_SELECTOR}"]
+
+
+def test_a_job_pod_on_an_unbound_claim_is_a_dependency(fake):
+    api, kube = fake
+    scheduled(api, "model-download-x", UNBOUND, {"job-name": "model-download"})
+    api.put(KNOWN["Job"], fakekube.job("model-download", NS))
+    with pytest.raises(StepFailure) as caught:
+        kube.wait(conditions.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
+    assert caught.value.category == triage.DEPENDENCY and not caught.value.failed_attempt
+
+
+def test_a_job_pod_waiting_for_capacity_waits_and_the_job_completes(fake):
+    api, kube = fake
+    scheduled(api, "model-download-x", INSUFFICIENT, {"job-name": "model-download"})
+    api.put(KNOWN["Job"], fakekube.job("model-download", NS))
+    api.script_watch(KNOWN["Job"], NS, [fakekube.event("MODIFIED", fakekube.job("model-download", NS, "Complete"))])
+    state = kube.wait(conditions.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
+    assert state.description == "job/model-download conditions: Complete"
+    assert len(event_reads(api)) == 1  # the same verdict is triaged once
+
+
+def ready_wait(kube, nodes=NODES, expected=1, allocated=None):
+    return conditions.DgdReady(conditions.PendingTriage(kube, NS, nodes, recheck_s=45.0), "d", expected, allocated)
+
+
+def test_readiness_records_contention_and_triages_each_new_verdict_once(fake):
+    # The judge itself, state by state: inside a wait, changes that arrive together are judged
+    # once, on the state they leave.
+    api, kube = fake
+    api.put(KNOWN["Event"], fakekube.scheduling_event("d-worker-0", NS, INSUFFICIENT))
+    allocations = []
+    wait = ready_wait(kube, allocated=allocations.append)
+
+    def judge(pod, dgd=None):
+        return wait({"dgd": {f"{NS}/d": dgd or fakekube.dgd("d", NS)}, "pods": {f"{NS}/d-worker-0": pod}})
+
+    first = pending("d-worker-0", INSUFFICIENT, DGD_LABEL, gpus=8)
+    done, description = judge(first)
+    assert not done and description.endswith("pods ready 0/1; contention: pod d-worker-0 is waiting for capacity "
+                                             "(nvidia.com/gpu) on otherwise-eligible nodes; next check in 45s")
+    assert judge(first) == (done, description) and len(event_reads(api)) == 1  # the same verdict: not re-read
+    judge(pending("d-worker-0", INSUFFICIENT, DGD_LABEL, gpus=8, at="2026-01-01T00:01:00Z"))
+    assert len(event_reads(api)) == 2 and [c["category"] for c in wait.contention] == [triage.CONTENTION] * 2
+    assert wait.contention[0]["can_wait"] and wait.contention[0]["next_check_at_s"] == 45.0
+    bound = fakekube.pod("d-worker-0", NS, labels=DGD_LABEL, gpus=8, node="h200-0", phase="Running", ready=True)
+    assert judge(bound)[0] is False  # the DGD is not Ready yet
+    assert judge(bound, fakekube.dgd("d", NS, "successful", ready=True))[0] is True
+    assert allocations == [wait.allocated_at] and wait.allocated_at is not None
+    assert judge(bound, fakekube.dgd("d", NS, "successful", ready=True, generation=2))[0] is False  # not observed
+
+
+def test_readiness_through_the_wait_sees_contention_in_the_list_and_finishes(fake):
+    api, kube = fake
+    api.put(DGD, fakekube.dgd("d", NS))
+    scheduled(api, "d-worker-0", INSUFFICIENT, DGD_LABEL, gpus=8)
+    bound = fakekube.pod("d-worker-0", NS, labels=DGD_LABEL, gpus=8, node="h200-0", phase="Running", ready=True)
+    api.script_watch(KNOWN["Pod"], NS, [fakekube.event("MODIFIED", bound)])
+    api.script_watch(DGD, NS, [fakekube.event("MODIFIED", fakekube.dgd("d", NS, "successful", ready=True))])
+    wait = ready_wait(kube)
+    state = kube.wait(wait, timeout=1200)
+    assert state.description == "dgd/d state=successful Ready=True (AllReady), pods ready 1/1" or \
+        state.description.startswith("dgd/d state=successful Ready=True (AllReady), pods ready 1/1; contention")
+    assert len(event_reads(api)) <= 1 and api.watches_left() == 0
+
+
+def test_readiness_stops_at_once_on_a_request_no_node_can_hold(fake):
+    api, kube = fake
+    api.put(DGD, fakekube.dgd("d", NS))
+    scheduled(api, "d-worker-0", INSUFFICIENT, DGD_LABEL, gpus=9)
+    with pytest.raises(StepFailure) as caught:
+        kube.wait(ready_wait(kube), timeout=1200)
+    assert caught.value.category == triage.FAILED_DEPLOY and caught.value.failed_attempt
+    assert "asks 9 GPUs but no eligible node has more than 8" in str(caught.value)
+
+
+def test_without_node_access_readiness_judges_from_the_message_alone(fake):
+    api, kube = fake
+    api.put(DGD, fakekube.dgd("d", NS))
+    scheduled(api, "d-worker-0", INSUFFICIENT, DGD_LABEL, gpus=9)  # no node list: 9 GPUs looks like contention
+    wait = ready_wait(kube, nodes=None)
+    with pytest.raises(WaitTimeout):
+        kube.wait(wait, timeout=30)
+    assert [c["category"] for c in wait.contention] == [triage.CONTENTION]
+
+
+def test_readiness_names_the_crash_of_any_pod(fake):
+    api, kube = fake
+    api.put(DGD, fakekube.dgd("d", NS))
+    api.put(KNOWN["Pod"], fakekube.pod("d-worker-0", NS, labels=DGD_LABEL, waiting="ImagePullBackOff"))
+    with pytest.raises(StepFailure) as caught:
+        kube.wait(ready_wait(kube), timeout=1200)
+    assert caught.value.category == triage.CRASH and caught.value.failed_attempt
+    assert caught.value.evidence == ["pod d-worker-0 container main waiting: ImagePullBackOff"]

@@ -1,13 +1,13 @@
 """What a person sees: the HTML report's summary, per-step evidence, and the terminal summary.
 
-pytest-html writes ``reports/deploy-iter-NNN.html`` (self-contained; paths set by
-``plugins/options.py``); this plugin puts the whole ledger report (summary, step evidence,
-capacity table and GPU picture, readiness, smoke, patches, limitations, commands, cleanup) at its
-top through the ``pytest_html_results_summary`` hook, and adds each step's evidence as readable
-key/values to that step's row (next to the raw JSON extra ``plugins/ledger.py`` attaches). The
-HTML is rendered by ``deploy_suite.report`` from the ledger dict, so ``deploy-suite report LEDGER``
-shows the same thing for an old ledger. JUnit XML (one test case per step test, with ``step`` and
-``outcome`` properties) is pytest's own ``junitxml``.
+pytest-html writes ``reports/deploy-iter-NNN.html`` (self-contained; paths set by the ``options``
+plugin); this plugin puts the whole ledger report (summary, step evidence, capacity table and GPU
+picture, readiness, smoke, patches, limitations, commands, cleanup) at its top through the
+``pytest_html_results_summary`` hook, and adds each step's evidence as readable key/values to that
+step's row (next to the raw JSON extra the ``ledger`` plugin attaches). The HTML is rendered by
+``deploy_suite.report`` from the ledger dict, so ``deploy-suite report LEDGER`` shows the same thing
+for an old ledger. JUnit XML (one test case per step test, with ``step`` and ``outcome``
+properties) is pytest's own ``junitxml``.
 """
 
 from __future__ import annotations
@@ -21,12 +21,11 @@ import pytest
 from pytest_html import extras
 
 from deploy_suite import report as renderer
+from deploy_suite.pytest_plugin.keys import LEDGER_ERROR_KEY, REPORT_PATHS_KEY, RUN_KEY, STEP_KEY
 from deploy_suite.runstate import RunState
-from plugins.ledger import LEDGER_ERROR_KEY, RUN_KEY, STEP_KEY
-from plugins.options import REPORT_PATHS_KEY
 
 
-@pytest.hookimpl(trylast=True)  # after plugins/ledger.py created the run state
+@pytest.hookimpl(trylast=True)  # after the ledger plugin created the run state
 def pytest_configure(config: pytest.Config) -> None:
     run = config.stash.get(RUN_KEY, None)
     if run is not None:
@@ -75,7 +74,7 @@ class ReportPlugin:
         shown = self.run.rel(path) if path is not None else "not written (no deployment directory)"
         prefix.append(renderer.report_html(self.run.ledger.data, shown, self._links()))
 
-    # Registered after plugins/ledger.py, so this wrapper is the outer one: the ledger has recorded
+    # Registered after the ledger plugin, so this wrapper is the outer one: the ledger has recorded
     # the step's outcome and evidence by the time the code after ``yield`` runs.
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item,
@@ -83,7 +82,7 @@ class ReportPlugin:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
         name = item.stash.get(STEP_KEY, None)
-        # The same phases at which plugins/ledger.py ends a step and attaches its JSON evidence.
+        # The same phases at which the ledger plugin ends a step and attaches its JSON evidence.
         if name is None or not (report.skipped or report.failed or report.when == "call"):
             return
         evidence = self.run.ledger.step(name).get("evidence") or {}

@@ -1,16 +1,17 @@
 """Drives the step lifecycle and writes ``deployment_ledger.json`` after every step.
 
 Anatomy of pytest's own ``stepwise``/``junitxml`` plugins: ``pytest_configure`` builds the
-``RunState`` (stashed under ``RUN_KEY``) and registers ``LedgerPlugin`` only when the run deploys.
-The plugin then
+``RunState`` (stashed under ``RUN_KEY``) and registers ``LedgerPlugin`` and the steps' fixtures
+only when the run deploys. The plugin then
 
 * orders the collected step tests by the registry in ``deploy_suite.runstate``;
 * skips a step with ``blocked by <step>: <reason>`` when an earlier one failed, blocked or did
   not run (the spec's order is a safety order: nothing mutates before validation);
 * judges each step's outcome: ``InputError`` / ``StepBlocked`` => ``blocked`` shown as one line
   (no traceback), any other exception => ``failed``;
-* writes the ledger when a step starts and ends and at session end (atomically, see
-  ``deploy_suite.ledger``), and attaches the step's evidence to the HTML report.
+* writes the ledger when a step starts and ends and at session end (atomically, checked against
+  its schema where a step ends, see ``deploy_suite.ledger``), and attaches the step's evidence to
+  the HTML report.
 
 Test-only hook: ``DEPLOY_SUITE_TEST_KILL_AFTER=<step>`` SIGKILLs the run right after that step's
 ledger write, so the e2e tests can prove a killed run leaves a valid ledger.
@@ -29,12 +30,10 @@ from pytest_html import extras
 
 from deploy_suite import clock
 from deploy_suite.errors import InputError, LedgerError, StepBlocked, cut
+from deploy_suite.pytest_plugin import fixtures
+from deploy_suite.pytest_plugin.keys import LEDGER_ERROR_KEY, RUN_KEY, SETTINGS_KEY, STEP_KEY
 from deploy_suite.runstate import STEP_NAMES, RunState, step_for_module
-from plugins.options import SETTINGS_KEY
 
-RUN_KEY = pytest.StashKey[RunState]()
-STEP_KEY = pytest.StashKey[str]()
-LEDGER_ERROR_KEY = pytest.StashKey[str]()
 KILL_ENV = "DEPLOY_SUITE_TEST_KILL_AFTER"
 
 
@@ -70,6 +69,9 @@ def pytest_configure(config: pytest.Config) -> None:
     run.progress_sink = to_terminal
     config.stash[RUN_KEY] = run
     config.pluginmanager.register(LedgerPlugin(run, config), "deploy-suite-ledger")
+    # The steps' fixtures (`run`, `kube`, `namespace`, ...) exist in deployment runs only: every other
+    # pytest run in the environment keeps those common names free.
+    config.pluginmanager.register(fixtures, "deploy-suite-fixtures")
 
 
 def _skip_reason(report: pytest.TestReport) -> str:

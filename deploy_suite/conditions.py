@@ -1,0 +1,216 @@
+"""Named conditions for the one wait loop (:func:`deploy_suite.watch.wait`, :meth:`Kube.wait`).
+
+Each condition names what it awaits, the collections it watches (by label) and judges what the
+loop has seen: ``(done, one-line state)``. Conditions that watch pods triage the pending ones
+from the scheduler's own words (:mod:`deploy_suite.triage`) the moment it gives a verdict, and
+raise :class:`StepFailure` when waiting cannot help (a Job that failed, a pod that can never
+schedule, a crash loop), so such a wait stops at once instead of running into its bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from deploy_suite import clock, triage
+from deploy_suite.constants import GPU_RESOURCE, LABEL_DGD_NAME, LABEL_JOB_NAME
+from deploy_suite.errors import StepFailure
+from deploy_suite.kube import Kube
+from deploy_suite.resources import DGD, Obj
+from deploy_suite.scheduling import pod_gpus
+from deploy_suite.watch import Judge, Seen, Watch
+
+
+@dataclass(frozen=True)
+class Named:
+    """A stateless condition: a judge over its watched collections."""
+
+    awaited: str
+    watches: Mapping[str, Watch]
+    judge: Judge
+
+    def __call__(self, seen: Seen) -> tuple[bool, str]:
+        return self.judge(seen)
+
+
+# ---------------------------------------------------------------------------- pod facts
+def pod_ready(pod: Obj) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def unschedulable(pod: Obj) -> Obj | None:
+    """The pod's ``PodScheduled=False, Unschedulable`` condition, if the scheduler gave up on it."""
+    return next((c for c in (pod.get("status") or {}).get("conditions") or []
+                 if c.get("type") == "PodScheduled" and c.get("status") == "False"
+                 and c.get("reason") == "Unschedulable"), None)
+
+
+def gpus_of(pod: Obj) -> int:
+    return pod_gpus(pod.get("spec") or {}, GPU_RESOURCE) or 0
+
+
+class PendingTriage:
+    """Triage each unschedulable pod once per scheduler verdict (a new transition or message)."""
+
+    def __init__(self, kube: Kube, namespace: str, nodes: Sequence[Obj] | None = None,
+                 recheck_s: float = 30.0) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.nodes = nodes
+        self.recheck_s = recheck_s
+        self._seen: dict[str, str] = {}
+
+    def verdict(self, pod: Obj) -> triage.Verdict | None:
+        """A new verdict on ``pod``; None when it is not unschedulable or nothing changed."""
+        cond = unschedulable(pod)
+        if cond is None:
+            return None
+        name = pod["metadata"]["name"]
+        stamp = f"{cond.get('lastTransitionTime')}{cond.get('message')}"
+        if self._seen.get(name) == stamp:
+            return None
+        self._seen[name] = stamp
+        return triage.triage_pending(pod, self.kube.events_for(name, self.namespace), self.nodes, self.recheck_s)
+
+
+# ---------------------------------------------------------------------------- deletions
+def dgd_gone(namespace: str, name: str) -> Named:
+    def judge(seen: Seen) -> tuple[bool, str]:
+        obj = seen["dgd"].get(f"{namespace}/{name}")
+        if obj is None:
+            return True, "deleted"
+        return False, f"dgd/{name} still present (deletionTimestamp {obj['metadata'].get('deletionTimestamp')})"
+
+    return Named(f"dgd/{name} to disappear", {"dgd": Watch(DGD, namespace, name)}, judge)
+
+
+def pods_gone(namespace: str, label_selector: str) -> Named:
+    def judge(seen: Seen) -> tuple[bool, str]:
+        names = sorted(o["metadata"]["name"] for o in seen["pods"].values())
+        return not names, f"{len(names)} pods left: {', '.join(names[:4])}" if names else "no pods left"
+
+    return Named(f"pods labelled {label_selector} to be deleted",
+                 {"pods": Watch("Pod", namespace, label_selector=label_selector)}, judge)
+
+
+def dgd_pods_gone(namespace: str, dgd_name: str) -> Named:
+    """Every pod the operator made for ``dgd_name`` is gone."""
+    return pods_gone(namespace, f"{LABEL_DGD_NAME}={dgd_name}")
+
+
+# ---------------------------------------------------------------------------- support manifests
+def pvc_bound(namespace: str, name: str) -> Named:
+    def judge(seen: Seen) -> tuple[bool, str]:
+        phase = (seen["pvc"].get(f"{namespace}/{name}") or {}).get("status", {}).get("phase")
+        return phase == "Bound", f"pvc/{name} phase={phase}"
+
+    return Named(f"pvc/{name} Bound", {"pvc": Watch("PersistentVolumeClaim", namespace, name)}, judge)
+
+
+class JobComplete:
+    """A Job's ``Complete`` condition (alone or beside SuccessCriteriaMet).
+
+    A condition containing ``Failed`` raises (category ``job-failed``) at once; so does a pod of
+    the Job the scheduler can never place (unbound claim, taint, selector), with its words.
+    """
+
+    def __init__(self, kube: Kube, namespace: str, job: str, kind: str) -> None:
+        self.namespace = namespace
+        self.job = job
+        self.kind = kind
+        self.awaited = f"job/{job} Complete"
+        self.watches = {"job": Watch("Job", namespace, job),
+                        "pods": Watch("Pod", namespace, label_selector=f"{LABEL_JOB_NAME}={job}")}
+        self.triage = PendingTriage(kube, namespace)
+
+    def __call__(self, seen: Seen) -> tuple[bool, str]:
+        obj = seen["job"].get(f"{self.namespace}/{self.job}") or {}
+        true = [str(c["type"]) for c in (obj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
+        joined = " ".join(true)
+        if "Failed" in joined:
+            raise StepFailure(f"{self.kind} job {self.job} failed (conditions: {joined})", "job-failed",
+                              [f"job/{self.job}: {joined}"])
+        for pod in seen["pods"].values():
+            verdict = self.triage.verdict(pod)
+            if verdict is not None and not verdict.can_wait:
+                raise StepFailure(f"{self.kind} job {self.job} cannot run: {verdict.diagnosis}", verdict.category,
+                                  verdict.evidence)
+        st = obj.get("status") or {}
+        return "Complete" in joined, (f"job/{self.job} conditions: {joined}" if true else
+                                      f"job/{self.job} active={st.get('active', 0)} failed={st.get('failed', 0)}")
+
+
+# ---------------------------------------------------------------------------- readiness
+@dataclass
+class DgdReady:
+    """The DGD Ready with state ``successful`` and observedGeneration current, and ``expected_pods``
+    of its pods Running and ready.
+
+    On the way it notes when the first GPU pod was bound (``allocated_at``, reported through
+    ``on_allocated``), records contention (waiting can help) and raises for a crash loop, a
+    reconciliation error or a pending verdict that waiting cannot help (a failed attempt when the
+    manifest can never schedule, a dependency otherwise).
+    """
+
+    triage: PendingTriage
+    name: str
+    expected_pods: int
+    on_allocated: Callable[[str], None] | None = None
+    allocated_at: str | None = None
+    contention: list[dict[str, Any]] = field(default_factory=list)
+    dgd_state: str | None = None
+    ready_condition: str | None = None
+    ready_reason: str | None = None
+
+    @property
+    def awaited(self) -> str:
+        return f"dgd/{self.name} Ready with all pods ready"
+
+    @property
+    def watches(self) -> Mapping[str, Watch]:
+        return {"dgd": Watch(DGD, self.triage.namespace, self.name),
+                "pods": Watch("Pod", self.triage.namespace, label_selector=f"{LABEL_DGD_NAME}={self.name}")}
+
+    def __call__(self, seen: Seen) -> tuple[bool, str]:
+        pods = list(seen["pods"].values())
+        for pod in pods:
+            self._judge_pod(pod)
+        obj = seen["dgd"].get(f"{self.triage.namespace}/{self.name}")
+        st = (obj or {}).get("status") or {}
+        cond: Obj = next((c for c in st.get("conditions") or [] if c.get("type") == "Ready"), {})
+        self.dgd_state, self.ready_condition = st.get("state"), cond.get("status")
+        self.ready_reason = cond.get("reason")
+        if st.get("state") == "failed":
+            raise StepFailure(f"DGD reconciliation error: {cond.get('message') or cond.get('reason')}",
+                              "reconcile-error", [f"dgd/{self.name} status: {st.get('state')} "
+                                                  f"{cond.get('reason')}: {cond.get('message')}"])
+        ready = sum(pod_ready(p) for p in pods)
+        gen_ok = obj is not None and st.get("observedGeneration") == obj["metadata"].get("generation")
+        done = (obj is not None and st.get("state") == "successful" and cond.get("status") == "True" and gen_ok
+                and ready >= self.expected_pods)
+        desc = (f"dgd/{self.name} state={st.get('state')} Ready={cond.get('status')} "
+                f"({cond.get('reason') or '-'}), pods ready {ready}/{self.expected_pods}")
+        if self.contention:
+            desc += f"; contention: {self.contention[-1]['diagnosis'][:120]}"
+        return done, desc
+
+    def _judge_pod(self, pod: Obj) -> None:
+        if self.allocated_at is None and pod["spec"].get("nodeName") and gpus_of(pod) > 0:
+            self.allocated_at = clock.iso_now()
+            if self.on_allocated is not None:
+                self.on_allocated(self.allocated_at)
+        crash = triage.triage_containers(pod)
+        if crash is not None:
+            raise StepFailure(crash.diagnosis, triage.CRASH, crash.evidence, failed_attempt=True)
+        verdict = self.triage.verdict(pod)
+        if verdict is None:
+            return
+        if verdict.category in {triage.CONTENTION, triage.UNKNOWN}:
+            self.contention.append({**verdict.as_dict(), "at": clock.iso_now(),
+                                    "next_check_at_s": verdict.next_check_s})
+            return
+        raise StepFailure(verdict.diagnosis, verdict.category, verdict.evidence,
+                          failed_attempt=verdict.category == triage.FAILED_DEPLOY)

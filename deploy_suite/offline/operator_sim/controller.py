@@ -1,0 +1,276 @@
+"""The operator simulator's controller: watch DGDs, reconcile their children, write their status.
+
+Level-based like a real controller: DGD, Deployment and Pod events only put a DGD's key on a
+deduplicating work queue; one worker reconciles a key at a time from the objects as they are now.
+A reconcile builds the :class:`~deploy_suite.offline.operator_sim.plan.Plan`, checks the PVCs,
+applies the children (once per DGD generation; a deleted child brings them back), asks the
+serving whether the served components answer, and writes the status through the status
+subresource as the operator writes it (state, the Ready condition with its reasons,
+observedGeneration, per-service/component replica counts). What the operator would reject is
+reported as state ``failed`` with the error text.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from deploy_suite import clock
+from deploy_suite.constants import DGD_GROUP, DGD_KIND, DGD_PLURAL, LABEL_DGD_NAME
+from deploy_suite.errors import KubeError, NotFound, ReconcileError
+from deploy_suite.kube import Kube, Obj, Resource
+from deploy_suite.offline import dynamo_env
+from deploy_suite.offline.operator_sim.plan import Plan, build_plan, child_name, deployment_readiness, is_alpha
+from deploy_suite.offline.operator_sim.serving import Servings
+
+DGD_BETA = Resource(DGD_GROUP, "v1beta1", DGD_PLURAL, True, DGD_KIND)
+DGD_ALPHA = Resource(DGD_GROUP, "v1alpha1", DGD_PLURAL, True, DGD_KIND)
+
+READY_REASON = "all_resources_are_ready"
+NOT_READY_REASON = "some_resources_are_not_ready"
+FAILED_REASON = "failed_to_reconcile_the_resources"
+# After a Kubernetes error (the apiserver may be restarting) a key is reconciled again this much later.
+REQUEUE_S = 1.0
+
+Log = Callable[[str], None]
+Loop = tuple[str, Callable[[], Iterator[tuple[str, Obj]]], Callable[[str, Obj], None]]
+
+
+class WorkQueue:
+    """Keys to reconcile, deduplicated: a burst of pod events becomes one reconcile."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._keys: list[str] = []
+
+    def add(self, key: str) -> None:
+        with self._cond:
+            if key not in self._keys:
+                self._keys.append(key)
+                self._cond.notify()
+
+    def get(self, stop: threading.Event, timeout: float = 1.0) -> str | None:
+        """The next key, or None after ``timeout`` (so the worker sees ``stop``)."""
+        with self._cond:
+            if not self._keys:
+                self._cond.wait(timeout)  # woken by add(): a wait on the queue, not a sleep
+            if stop.is_set() or not self._keys:
+                return None
+            return self._keys.pop(0)
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+
+class OperatorSim:
+    def __init__(self, kube: Kube, cluster_dir: Path, log: Log, serve: bool = True,
+                 dynamo_version: str = dynamo_env.DEFAULT_VERSION) -> None:
+        self.kube = kube
+        self.dynamo_root = cluster_dir / "dynamo"
+        self.log = log
+        self.queue = WorkQueue()
+        self.servings = Servings(kube, self.dynamo_root, log, self.queue.add, enabled=serve,
+                                 dynamo_version=dynamo_version)
+        self._applied: dict[str, tuple[str, int]] = {}  # key -> (uid, generation) children applied for
+
+    # ------------------------------------------------------------------ wiring into controllers
+    def loops(self, stop: threading.Event) -> list[Loop]:
+        sel = LABEL_DGD_NAME
+        return [
+            ("operator-sim/dgds", lambda: self.kube.watch_events(DGD_BETA, stop), self.on_dgd),
+            ("operator-sim/deployments", lambda: self.kube.watch_events("Deployment", stop, label_selector=sel),
+             self.on_owned),
+            ("operator-sim/pods", lambda: self.kube.watch_events("Pod", stop, label_selector=sel), self.on_owned),
+        ]
+
+    def start(self, stop: threading.Event) -> list[threading.Thread]:
+        threads = self.servings.start(stop)  # first: serving's state is settled before any reconcile
+        worker = threading.Thread(target=self._worker, args=(stop,), daemon=True, name="operator-sim/worker")
+        worker.start()
+        return [worker, *threads]
+
+    def on_dgd(self, etype: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if etype == "DELETED":
+            self.forget(key)
+        else:
+            self.queue.add(key)
+
+    def on_owned(self, etype: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        name = (meta.get("labels") or {}).get(LABEL_DGD_NAME)
+        if not name:
+            return
+        key = f"{meta.get('namespace')}/{name}"
+        if etype == "DELETED" and obj.get("kind") == "Deployment":
+            self._applied.pop(key, None)  # a child went away: apply the children again
+        self.queue.add(key)
+
+    def forget(self, key: str) -> None:
+        """The DGD is gone: forget its children and stop its serving."""
+        self._applied.pop(key, None)
+        self.servings.forget(key)
+
+    # ------------------------------------------------------------------ the work loop
+    def _worker(self, stop: threading.Event) -> None:
+        self._cleanup_orphans()
+        while not stop.is_set():
+            key = self.queue.get(stop)
+            if key is None:
+                continue
+            try:
+                self.reconcile(key)
+            except KubeError as exc:
+                self.log(f"operator-sim: reconcile {key}: {exc}")
+                timer = threading.Timer(REQUEUE_S, self.queue.add, args=(key,))
+                timer.daemon = True
+                timer.start()
+            except Exception as exc:  # a bug must not kill the loop; the log says what happened
+                self.log(f"operator-sim: reconcile {key} crashed: {type(exc).__name__}: {exc}")
+
+    def _cleanup_orphans(self) -> None:
+        """Servings left by an earlier controllers process whose DGD is gone are stopped."""
+        if not self.dynamo_root.is_dir():
+            return
+        try:
+            items, _ = self.kube.list_items(DGD_BETA)
+        except KubeError as exc:
+            self.log(f"operator-sim: cannot list DGDs for orphan cleanup: {exc}")
+            return
+        self.servings.cleanup_orphans({f"{i['metadata']['namespace']}/{i['metadata']['name']}" for i in items})
+
+    def reconcile(self, key: str) -> None:
+        namespace, name = key.split("/", 1)
+        obj = self.kube.get_or_none(DGD_BETA, name, namespace)
+        if obj is None:
+            self.forget(key)
+            return
+        if obj["metadata"].get("deletionTimestamp"):
+            return  # the garbage collector removes the children; nothing to report
+        res = DGD_ALPHA if is_alpha(obj) else DGD_BETA
+        try:
+            plan = build_plan(obj)
+            self._check_pvcs(obj, plan)
+            deployments = self._apply_children(obj, plan)
+        except ReconcileError as exc:
+            self._write_status(res, obj, status_for(obj, "failed", FAILED_REASON, str(exc), None, None))
+            return
+        self.servings.ensure(plan)
+        component_status: dict[str, Obj] = {}
+        not_ready: list[str] = []
+        serving = self.servings.readiness(plan)
+        for c in plan.model.components:
+            dep_name = child_name(plan.name, c.name)
+            desired = c.replicas * c.node_count
+            ready, reason, counts = deployment_readiness(deployments.get(dep_name), desired)
+            if ready and c.name in plan.served_components() and serving is not None and desired:
+                ready, reason = serving
+            if not ready:
+                not_ready.append(f"{dep_name}: {reason}")
+            component_status[c.name] = {"componentKind": "Deployment", "componentNames": [dep_name],
+                                        "replicas": counts["replicas"], "updatedReplicas": counts["updatedReplicas"],
+                                        "readyReplicas": counts["readyReplicas"],
+                                        "availableReplicas": counts["availableReplicas"]}
+            if plan.alpha:
+                component_status[c.name]["componentName"] = dep_name
+        if not_ready:
+            state, reason, message = "pending", NOT_READY_REASON, f"Resources not ready: {'; '.join(not_ready)}"
+        else:
+            state, reason, message = "successful", READY_REASON, "All resources are ready"
+        self._write_status(res, obj, status_for(obj, state, reason, message, component_status, plan.alpha))
+        self.servings.wire_pods(plan)
+
+    # ------------------------------------------------------------------ children
+    def _check_pvcs(self, obj: Obj, plan: Plan) -> None:
+        """Top-level PVCs must exist (create: false) or are created (create: true), as reconcilePVCs does."""
+        for pvc in plan.model.pvcs:
+            if pvc.create:
+                if self.kube.get_or_none("PersistentVolumeClaim", pvc.name, plan.namespace) is None:
+                    self.kube.apply({
+                        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": pvc.name, "namespace": plan.namespace},
+                        "spec": {"accessModes": [pvc.access_mode or "ReadWriteOnce"],
+                                 **({"storageClassName": pvc.storage_class} if pvc.storage_class else {}),
+                                 "resources": {"requests": {"storage": pvc.size or "1Gi"}}}})
+                continue
+            if self.kube.get_or_none("PersistentVolumeClaim", pvc.name, plan.namespace, metadata_only=True) is None:
+                raise ReconcileError(f"failed to reconcile top-level PVCs: persistentvolumeclaims "
+                                     f"\"{pvc.name}\" not found")
+        raw: list[Obj] = [] if plan.alpha else list(obj["spec"].get("components") or [])
+        for c in plan.model.components:
+            entry: Obj = next((x for x in raw if x.get("name") == c.name), {})
+            cache = (entry.get("compilationCache") or {}).get("pvcName")
+            if cache and self.kube.get_or_none("PersistentVolumeClaim", cache, plan.namespace,
+                                               metadata_only=True) is None:
+                raise ReconcileError(f"failed to reconcile Dynamo components deployments: component {c.name!r}: "
+                                     f"compilation cache persistentvolumeclaims \"{cache}\" not found")
+
+    def _apply_children(self, obj: Obj, plan: Plan) -> dict[str, Obj]:
+        meta = obj["metadata"]
+        stamp = (str(meta["uid"]), int(meta.get("generation") or 0))
+        selector = f"{LABEL_DGD_NAME}={plan.name}"
+        if self._applied.get(plan.key) != stamp:
+            for child in [*plan.deployments.values(), *plan.services]:
+                self.kube.apply(child, plan.namespace)
+            wanted = {d["metadata"]["name"] for d in [*plan.deployments.values(), *plan.services]}
+            for kind in ("Deployment", "Service"):
+                items, _ = self.kube.list_items(kind, plan.namespace, label_selector=selector)
+                for item in items:
+                    owners = item["metadata"].get("ownerReferences") or []
+                    if item["metadata"]["name"] not in wanted and any(o.get("uid") == meta["uid"] for o in owners):
+                        self.kube.delete(kind, item["metadata"]["name"], plan.namespace)
+            self._applied[plan.key] = stamp
+        items, _ = self.kube.list_items("Deployment", plan.namespace, label_selector=selector)
+        return {i["metadata"]["name"]: i for i in items}
+
+    # ------------------------------------------------------------------ status
+    def _write_status(self, res: Resource, obj: Obj, status: Obj) -> None:
+        if _same_status(obj.get("status") or {}, status):
+            return
+        meta = obj["metadata"]
+        try:
+            self.kube.patch_status(res, meta["name"], meta["namespace"], status)
+        except NotFound:
+            return
+
+
+def status_for(obj: Obj, state: str, reason: str, message: str, components: dict[str, Obj] | None,
+               alpha: bool | None) -> Obj:
+    """The status the operator writes for ``state`` (a merge patch over the object's current status)."""
+    old = obj.get("status") or {}
+    now = clock.iso_now()
+    ready = "True" if state == "successful" else "False"
+    previous = next((c for c in old.get("conditions") or [] if c.get("type") == "Ready"), None)
+    since = now if previous is None or previous.get("status") != ready else \
+        str(previous.get("lastTransitionTime") or now)
+    condition = {"type": "Ready", "status": ready, "reason": reason, "message": message, "lastTransitionTime": since}
+    others = [c for c in old.get("conditions") or [] if c.get("type") != "Ready"]
+    status: Obj = {"state": state, "conditions": [*others, condition]}
+    if state != "failed":
+        # Only a successful reconcile advances observedGeneration (the operator's contract).
+        status["observedGeneration"] = int(obj["metadata"].get("generation") or 0)
+    if components is not None:
+        field_name = "services" if alpha else "components"
+        # A merge patch keeps map entries it does not mention: null out components that went away.
+        stale = {k: None for k in (old.get(field_name) or {}) if k not in components}
+        status[field_name] = {**stale, **components}
+    return status
+
+
+def _same_status(old: Obj, new: Obj) -> bool:
+    for key, value in new.items():
+        if key == "conditions":
+            def strip(conds: list[Obj]) -> list[tuple[Any, ...]]:
+                return [(c.get("type"), c.get("status"), c.get("reason"), c.get("message")) for c in conds]
+            if strip(old.get("conditions") or []) != strip(value):
+                return False
+        elif isinstance(value, dict):
+            if {k: v for k, v in value.items() if v is not None} != (old.get(key) or {}):
+                return False
+        elif old.get(key) != value:
+            return False
+    return True

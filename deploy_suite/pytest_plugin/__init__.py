@@ -1,0 +1,28 @@
+"""The pytest side of the suite: options, step lifecycle and ledger, reports, session fixtures.
+
+Registered by the ``pytest11`` entry point of the installed package (``pyproject.toml``), so pytest
+knows the suite's options before it reads the command line: ``--exp-root /abs/exp`` and
+``--exp-root=/abs/exp`` are the same option, from the checkout root or any other directory. Where
+plugin autoloading is switched off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), load it by name:
+``pytest -p deploy_suite.pytest_plugin ...``; the entry point carries the same name, so both ways
+register it once.
+
+This subpackage and ``deploy_suite.steps`` are the only parts of the package that import pytest.
+Every module here is inert unless the run deploys (``--iter`` or ``--handoff`` given): the project's
+own ``pytest tests``, and any other pytest run in the same environment, is unaffected.
+
+=================  ===========================================================================
+``options``        the command-line options, ``Settings``, report paths, which steps to collect
+``ledger``         orders and judges the steps, writes ``deployment_ledger.json``
+``report``         the HTML report's summary and evidence, the terminal summary
+``fixtures``       ``run``, ``settings``, ``kube``, ``namespace``, ``manifests``, ... for the steps
+                   (registered by ``ledger`` in deployment runs only)
+=================  ===========================================================================
+"""
+
+# ``fixtures`` is registered by ``ledger`` when the run deploys.
+pytest_plugins = [
+    "deploy_suite.pytest_plugin.options",
+    "deploy_suite.pytest_plugin.ledger",
+    "deploy_suite.pytest_plugin.report",
+]

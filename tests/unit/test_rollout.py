@@ -1,0 +1,442 @@
+"""Steps 3 to 6 (deploy_suite.rollout) against the in-memory apiserver, with a real RunState and
+ledger: what each step does on the cluster, the typed result, and what its record writes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from deploy_suite import conditions, ledger, rollout
+from deploy_suite.errors import Forbidden, StepBlocked, StepFailure, WaitTimeout
+from deploy_suite.kube import DGD, KNOWN, Kube
+from deploy_suite.runstate import RunState
+from deploy_suite.settings import Settings, Timeouts
+from tests import fakekube
+from tests.fakekube import FakeApi, dropped, event, forbidden, job, pod
+
+NS = "demo"
+POD, PVC, JOB = KNOWN["Pod"], KNOWN["PersistentVolumeClaim"], KNOWN["Job"]
+DGD_LABEL = {"nvidia.com/dynamo-graph-deployment-name": "demo"}
+DEPLOY = """\
+apiVersion: nvidia.com/v1alpha1
+kind: DynamoGraphDeployment
+metadata: {name: demo}
+spec:
+  services:
+    Frontend:
+      componentType: frontend
+      replicas: 1
+      extraPodSpec: {mainContainer: {image: registry.local/runtime:1}}
+    VllmDecodeWorker:
+      componentType: worker
+      replicas: 1
+      resources: {limits: {gpu: "1"}}
+      extraPodSpec: {mainContainer: {image: registry.local/runtime:1, args: [--model, m]}}
+"""
+CACHE = """\
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: model-cache}
+spec: {storageClassName: standard, accessModes: [ReadWriteMany], resources: {requests: {storage: 10Gi}}}
+"""
+DOWNLOAD = """\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: model-download}
+spec: {template: {spec: {containers: [{name: model-download, image: registry.local/hf:1}]}}}
+"""
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[FakeApi, Kube, list]]:
+    with fakekube.installed() as made:
+        yield made
+
+
+def make_run(tmp_path: Path, *, iteration: int = 0, previous: Any = None, support: dict[str, str] | None = None,
+             keep_on_failure: bool = False, max_failed: float | None = None, step: str = "step3_retire_previous",
+             **timeouts: float) -> RunState:
+    """A real RunState whose step 1 result is a stand-in with what steps 3-6 read."""
+    deploy_root = tmp_path / "artifacts" / f"deploy-iter-{iteration:03d}"
+    copies = deploy_root / "applied_manifests"
+    copies.mkdir(parents=True)
+    manifests = {"deploy": copies / "deploy.yaml"}
+    manifests["deploy"].write_text(DEPLOY)
+    for kind, text in (support or {}).items():
+        manifests[kind] = copies / f"{kind}.yaml"
+        manifests[kind].write_text(text)
+    settings = Settings(iteration=iteration, exp_root=tmp_path, workload=tmp_path / "user_workload.yaml",
+                        workload_sha256="0" * 64, dgd=tmp_path / "dgd.yaml", dgd_sha256="0" * 64,
+                        provenance="user-interviewer", keep_on_failure=keep_on_failure,
+                        timeouts=Timeouts(**timeouts))
+    run = RunState.create(settings)
+    workload = SimpleNamespace(namespace=NS, kube_context="fake-ctx", max_failed_deploys=max_failed)
+    run.prepared = SimpleNamespace(exp_root=tmp_path, deploy_root=deploy_root, workload=workload, dgd_name="demo",
+                                   previous=previous, manifest_paths=lambda: manifests)  # type: ignore[assignment]
+    run.begin_step(step)
+    return run
+
+
+def fail_with_result(call) -> tuple[BaseException, Any]:
+    """Run a step function expected to fail; return the error and the partial result it carries."""
+    with pytest.raises((StepFailure, StepBlocked)) as caught:
+        call()
+    return caught.value, caught.value.result
+
+
+# ------------------------------------------------------------------ step 3
+
+
+def test_retire_at_iteration_0_records_the_context_and_touches_no_cluster(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    run = make_run(tmp_path)
+    retired = run.record(rollout.retire(run, kube))
+    assert retired.retired is None and api.requests == []
+    change = retired.context_change
+    assert change is not None and (change["from"], change["to"]) == (None, "fake-ctx")
+    assert "cluster_context: fake-ctx" in (tmp_path / "manifest.yaml").read_text()
+    assert run.evidence == {"manifest_context_update": change}
+    assert run.ledger.data["retired_previous"] is None
+
+
+def previous_iteration(tmp_path: Path, context: str = "fake-ctx") -> SimpleNamespace:
+    root = tmp_path / "artifacts" / "deploy-iter-000"
+    root.mkdir(parents=True)
+    path = root / ledger.LEDGER_NAME
+    path.write_text(json.dumps({"status": "ready", "torn_down_at": None, "dgd_name": "demo", "keep": [1, 2]}))
+    return SimpleNamespace(root=root, ledger_path=path, dgd_name="demo", namespace=NS, kube_context=context)
+
+
+def test_retire_deletes_only_the_previous_dgd_and_waits_for_it_and_its_pods(fake, tmp_path: Path) -> None:
+    api, kube, records = fake
+    (tmp_path / "manifest.yaml").write_text("cluster_context: fake-ctx\n")
+    run = make_run(tmp_path, iteration=1, previous=previous_iteration(tmp_path))
+    progress: list[str] = []
+    run.progress_sink = progress.append
+    api.put(DGD, fakekube.dgd("demo", NS))
+    for name in ("demo-worker-0", "demo-frontend-0"):
+        api.put(POD, pod(name, NS, labels=DGD_LABEL))
+    api.script_watch(POD, NS, [event("DELETED", pod("demo-worker-0", NS, labels=DGD_LABEL))],
+                     [event("DELETED", pod("demo-frontend-0", NS, labels=DGD_LABEL))])
+    retired = run.record(rollout.retire(run, kube))
+    result = retired.retired
+    assert result is not None and result.existed and result.pods_gone_at
+    assert [r.method for r in api.requests if r.method != "WATCH"] == ["DELETE", "GET", "GET"]
+    assert api.of("DELETE")[0].path == f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/demo"
+    assert [r.command.split(" --context fake-ctx ")[1] for r in records] == [
+        f"delete dynamographdeployments.nvidia.com demo -n {NS} --wait=false --cascade=background",
+        f"get dynamographdeployments.nvidia.com demo -n {NS} --watch",
+        f"get pods -n {NS} -l nvidia.com/dynamo-graph-deployment-name=demo --watch"]
+    assert progress == ["[step3_retire_previous] deleted", "[step3_retire_previous] 2 pods left: demo-frontend-0, "
+                        "demo-worker-0", "[step3_retire_previous] 1 pods left: demo-frontend-0",
+                        "[step3_retire_previous] no pods left"]
+    # The retired iteration's ledger: torn_down_at set, nothing else changed.
+    old = json.loads((tmp_path / "artifacts" / "deploy-iter-000" / ledger.LEDGER_NAME).read_text())
+    assert old == {"status": "ready", "torn_down_at": result.deleted_at, "dgd_name": "demo", "keep": [1, 2]}
+    section = run.ledger.data["retired_previous"]
+    assert section == {**result.as_dict(), "ledger": "artifacts/deploy-iter-000/deployment_ledger.json"}
+    assert set(section) == {"dgd", "namespace", "kube_context", "deleted_at", "existed", "pods_gone_at", "ledger"}
+    assert run.evidence == result.as_dict()
+
+
+def test_retire_uses_the_previous_iterations_own_context(fake, tmp_path: Path, monkeypatch) -> None:
+    _, kube, records = fake
+    other = FakeApi(fake[0].fake_clock)
+    made: list[Kube] = []
+
+    def previous_kube(context: str, kubeconfig: Any, on_command: Any) -> Kube:
+        made.append(Kube(context, kubeconfig, on_command=on_command, transport=other))
+        return made[-1]
+
+    monkeypatch.setattr(rollout, "Kube", previous_kube)
+    run = make_run(tmp_path, iteration=1, previous=previous_iteration(tmp_path, context="old-ctx"))
+    run.record(rollout.retire(run, kube))
+    assert [k.context for k in made] == ["old-ctx"] and other.closed
+    assert other.of("DELETE") and run.ledger.data["retired_previous"]["kube_context"] == "old-ctx"
+    deletes = [c["command"] for c in run.ledger.data["commands"] if c["kind"] == "mutate"]
+    assert deletes == [f"kubectl --context old-ctx delete dynamographdeployments.nvidia.com demo -n {NS} "
+                       "--wait=false --cascade=background"]
+    assert records == []  # nothing went through the current context's client
+
+
+def test_a_retire_that_times_out_keeps_the_context_evidence(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    previous = previous_iteration(tmp_path)
+    run = make_run(tmp_path, iteration=1, previous=previous, retire_s=30)
+    api.put(POD, pod("stuck", NS, labels=DGD_LABEL))
+    with pytest.raises(WaitTimeout, match=r"pods labelled nvidia\.com/dynamo-graph-deployment-name=demo"):
+        rollout.retire(run, kube)
+    assert "manifest_context_update" in run.evidence
+    assert json.loads(previous.ledger_path.read_text())["torn_down_at"] is None
+
+
+# ------------------------------------------------------------------ step 4
+
+
+def test_no_support_manifests_is_an_empty_result_with_no_evidence(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    run = make_run(tmp_path, step="step4_support_manifests")
+    support = run.record(rollout.support(run, kube))
+    assert support.applied == [] and api.requests == [] and run.evidence == {}
+
+
+def cache_and_download(api: FakeApi, binding: str = "Immediate") -> None:
+    api.put(KNOWN["StorageClass"], {"metadata": {"name": "standard"}, "volumeBindingMode": binding})
+    pvc_path = {"metadata": {"name": "model-cache", "namespace": NS}, "status": {"phase": "Bound"}}
+    api.script_watch(PVC, NS, [event("MODIFIED", pvc_path)])
+
+
+def test_support_applies_in_order_waits_for_the_claim_and_the_job(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.watchers = 2  # a wait over two collections
+    cache_and_download(api)
+    api.script_watch(JOB, NS, [event("MODIFIED", job("model-download", NS, "SuccessCriteriaMet", "Complete"))])
+    run = make_run(tmp_path, step="step4_support_manifests", support={"model-download": DOWNLOAD, "model-cache": CACHE})
+    support = run.record(rollout.support(run, kube))
+    assert [p.path.rsplit("/", 2)[1] for p in api.of("PATCH")] == ["persistentvolumeclaims", "jobs"]
+    assert api.watches_left() == 0
+    assert [j.job for j in support.jobs] == ["model-download"] and support.jobs[0].outcome == "Complete"
+    assert run.evidence == {
+        "applied": ["artifacts/deploy-iter-000/applied_manifests/model-cache.yaml",
+                    "artifacts/deploy-iter-000/applied_manifests/model-download.yaml"],
+        "jobs": [support.jobs[0].as_dict()], "pvcs": {"model-cache": "Bound"}}
+    assert set(support.jobs[0].as_dict()) == {"type", "job", "outcome", "conditions", "seconds", "log_file",
+                                              "log_excerpt", "completed_at"}
+
+
+def test_a_wait_for_first_consumer_claim_is_not_awaited(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.put(KNOWN["StorageClass"], {"metadata": {"name": "standard"}, "volumeBindingMode": "WaitForFirstConsumer"})
+    run = make_run(tmp_path, step="step4_support_manifests", support={"model-cache": CACHE})
+    support = rollout.support(run, kube)
+    assert not api.of("WATCH") and support.pvcs == {"model-cache": None}
+
+
+def test_a_claim_whose_class_cannot_be_read_is_awaited(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.fail("GET", "/apis/storage.k8s.io/v1/storageclasses/standard", forbidden("get", "storageclasses"))
+    assert rollout.immediate_claims(kube, NS, []) == []
+    api.put(PVC, {"metadata": {"name": "model-cache", "namespace": NS}, "spec": {"storageClassName": "standard"}})
+    assert rollout.immediate_claims(kube, NS, ["model-cache"]) == ["model-cache"]
+
+
+def test_a_claim_that_never_binds_is_a_dependency(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.put(KNOWN["StorageClass"], {"metadata": {"name": "standard"}})
+    run = make_run(tmp_path, step="step4_support_manifests", support={"model-cache": CACHE}, pvc_bound_s=20)
+    error, partial = fail_with_result(lambda: rollout.support(run, kube))
+    assert error.category == "dependency" and partial is None
+    assert str(error).startswith("model-cache PVC never bound: timed out after 20s waiting for pvc/model-cache Bound")
+
+
+def test_a_failed_job_fails_fast_keeps_its_log_and_carries_the_diagnostic(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.watchers = 2  # a wait over two collections
+    api.put(POD, pod("model-download-x1", NS, labels={"job-name": "model-download"}))
+    api.logs[(NS, "model-download-x1")] = "Fetching 10 files\nGatedRepoError: 401\n"
+    api.script_watch(JOB, NS, [event("MODIFIED", job("model-download", NS, "FailureTarget", "Failed"))])
+    run = make_run(tmp_path, step="step4_support_manifests", support={"model-download": DOWNLOAD})
+    error, partial = fail_with_result(lambda: rollout.support(run, kube))
+    assert error.category == "job-failed" and error.evidence == ["job/model-download: FailureTarget Failed"]
+    assert str(error) == ("model-download job model-download failed (conditions: FailureTarget Failed); "
+                          "last log lines: Fetching 10 files\nGatedRepoError: 401")
+    log = run.deploy_root / "logs" / "job-model-download.log"
+    assert log.read_text() == "Fetching 10 files\nGatedRepoError: 401\n"
+    assert run.record(partial) is partial and run.evidence == {}
+    (diagnostic,) = run.ledger.data["diagnostics"]
+    assert diagnostic == {"step": "step4_support_manifests", "job": "model-download", "message": str(error),
+                          "log_excerpt": "Fetching 10 files\nGatedRepoError: 401",
+                          "log_file": "artifacts/deploy-iter-000/logs/job-model-download.log"}
+
+
+def test_a_job_that_never_completes_times_out(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.watchers = 2  # the Job and its pods
+    run = make_run(tmp_path, step="step4_support_manifests", support={"model-download": DOWNLOAD}, job_download_s=50)
+    error, partial = fail_with_result(lambda: rollout.support(run, kube))
+    assert error.category == "job-timeout"
+    assert "timed out after 50s waiting for job/model-download Complete" in str(error)
+    assert partial.failure["job"] == "model-download" and partial.failure["log_excerpt"] == ""
+    assert not (run.deploy_root / "logs").exists()
+
+
+# ------------------------------------------------------------------ step 5
+
+
+def test_apply_applies_deploy_yaml_and_records_gpus_and_cleanup(fake, tmp_path: Path) -> None:
+    api, kube, records = fake
+    run = make_run(tmp_path, step="step5_apply")
+    applied = run.record(rollout.apply(run, kube))
+    assert applied.applied == ["DynamoGraphDeployment/demo"] and applied.gpus_requested == 1
+    assert api.of("PATCH")[0].path == f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/demo"
+    assert records[0].command.endswith("-n demo -f artifacts/deploy-iter-000/applied_manifests/deploy.yaml")
+    data = run.ledger.data
+    assert data["gpus_requested"] == 1
+    assert data["cleanup_commands"] == [f"kubectl --context fake-ctx delete dynamographdeployment demo -n {NS}"]
+    assert run.evidence == {"applied": ["DynamoGraphDeployment/demo"], "gpus_requested": 1,
+                            "failed_attempts_so_far": 0}
+
+
+def test_a_spent_failed_deploy_budget_blocks_the_apply(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    old = tmp_path / "artifacts" / "deploy-iter-000"
+    old.mkdir(parents=True)
+    (old / ledger.LEDGER_NAME).write_text(json.dumps({"failed_attempts": [{}, {}]}))
+    run = make_run(tmp_path, iteration=1, step="step5_apply", max_failed=2)
+    error, _ = fail_with_result(lambda: rollout.apply(run, kube))
+    assert (error.cls, error.fix) == ("budget", "ask the user for more budget or stop the experiment")
+    assert error.message == ("failed-deploy budget exhausted: 2 failed attempts recorded, "
+                             "budgets.max_failed_deploys is 2")
+    assert api.requests == []
+
+
+# ------------------------------------------------------------------ step 6
+
+
+def serving(api: FakeApi, frontend_service: bool = True) -> None:
+    """A DGD on its way to Ready: pods come up, the operator reports successful."""
+    api.watchers = 2  # the DGD and its pods
+    api.put(KNOWN["Node"], {"metadata": {"name": "h200-0"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+    api.put(DGD, fakekube.dgd("demo", NS))
+    if frontend_service:
+        api.put(KNOWN["Service"], {"metadata": {"name": "demo-frontend", "namespace": NS}})
+    worker = {**DGD_LABEL, "nvidia.com/dynamo-component": "VllmDecodeWorker"}
+    frontend = {**DGD_LABEL, "nvidia.com/selector": "demo-frontend"}
+    api.script_watch(POD, NS, [
+        event("ADDED", pod("demo-worker-0", NS, labels=worker, gpus=1)),
+        event("MODIFIED", pod("demo-worker-0", NS, labels=worker, gpus=1, node="h200-0")),
+        event("ADDED", pod("demo-frontend-0", NS, labels=frontend, phase="Running", ready=True, node="cpu-0")),
+        event("MODIFIED", pod("demo-worker-0", NS, labels=worker, gpus=1, node="h200-0", phase="Running",
+                              ready=True))])
+    api.script_watch(DGD, NS, [event("MODIFIED", fakekube.dgd("demo", NS, "successful", ready=True))])
+
+
+def test_readiness_waits_for_the_dgd_and_every_pod_and_records_the_engagement(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    serving(api)
+    run = make_run(tmp_path, step="step6_readiness")
+    run.ledger.path = tmp_path / "ledger.json"
+    ready = run.record(rollout.readiness(run, kube))
+    assert api.watches_left() == 0
+    assert (ready.state, ready.dgd_state, ready.ready_condition, ready.ready_reason) == (
+        "ready", "successful", "True", "AllReady")
+    assert ready.components == {
+        "Frontend": {"expected": 1, "ready": 1, "pods": ["demo-frontend-0"], "nodes": ["cpu-0"]},
+        "VllmDecodeWorker": {"expected": 1, "ready": 1, "pods": ["demo-worker-0"], "nodes": ["h200-0"]}}
+    data = run.ledger.data
+    assert data["readiness"] == ready.as_dict() and list(data["readiness"]) == [
+        "state", "dgd_state", "ready_condition", "ready_reason", "components", "allocated_at", "contention",
+        "diagnosis", "evidence", "seconds"]
+    assert data["allocated_at"] == ready.allocated_at
+    assert json.loads(run.ledger.path.read_text())["allocated_at"] == ready.allocated_at  # saved at once
+    assert [(e["pod"], e["component"], e["gpus"]) for e in data["config_engagement"]] == [
+        ("demo-frontend-0", None, 0), ("demo-worker-0", "VllmDecodeWorker", 1)]
+    assert run.evidence == {"state": "ready", "seconds": ready.seconds, "contention": 0}
+    assert data["torn_down_at"] is None and data["failed_attempts"] == []
+
+
+def test_a_resumed_run_keeps_its_first_allocation_time(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    serving(api)
+    run = make_run(tmp_path, step="step6_readiness")
+    run.ledger.data["allocated_at"] = "2025-12-31T00:00:00Z"
+    run.record(rollout.readiness(run, kube))
+    assert run.ledger.data["allocated_at"] == "2025-12-31T00:00:00Z"
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_crash_is_a_failed_attempt_and_the_dgd_is_deleted_unless_kept(fake, tmp_path: Path, keep: bool) -> None:
+    api, kube, _ = fake
+    api.watchers = 2  # a wait over two collections
+    api.put(DGD, fakekube.dgd("demo", NS))
+    api.put(POD, pod("demo-worker-0", NS, labels=DGD_LABEL, waiting="CrashLoopBackOff"))
+    run = make_run(tmp_path, step="step6_readiness", keep_on_failure=keep)
+    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    assert error.category == "crash" and error.failed_attempt
+    assert (api.of("DELETE") != []) is not keep and (api.objects[("/apis/nvidia.com/v1alpha1",
+                                                                "dynamographdeployments")] == {}) is not keep
+    assert run.record(partial).torn_down_at == (None if keep else partial.torn_down_at)
+    data = run.ledger.data
+    assert data["readiness"] == {"state": "crash", "diagnosis": str(error), "evidence": error.evidence}
+    (attempt,) = data["failed_attempts"]
+    assert (attempt["step"], attempt["category"], attempt["diagnosis"]) == ("step6_readiness", "crash", str(error))
+    assert "waiting: CrashLoopBackOff" in attempt["evidence"][0]
+    assert (data["torn_down_at"] is None) is keep and run.evidence == {}
+
+
+def test_a_dependency_is_torn_down_but_is_not_a_failed_attempt(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.watchers = 2  # a wait over two collections
+    api.put(DGD, fakekube.dgd("demo", NS))
+    message = "0/4 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/4"
+    api.put(POD, pod("demo-worker-0", NS, labels=DGD_LABEL, unschedulable=message))
+    api.put(KNOWN["Event"], fakekube.scheduling_event("demo-worker-0", NS, message))
+    run = make_run(tmp_path, step="step6_readiness")
+    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    run.record(partial)
+    assert error.category == "dependency" and not error.failed_attempt
+    assert run.ledger.data["failed_attempts"] == [] and run.ledger.data["torn_down_at"]
+    assert run.ledger.data["readiness"]["state"] == "dependency"
+
+
+def test_a_reconciliation_error_stops_readiness(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.watchers = 2  # a wait over two collections
+    api.put(DGD, fakekube.dgd("demo", NS, "failed", message="spec.services: invalid"))
+    run = make_run(tmp_path, step="step6_readiness")
+    error, _ = fail_with_result(lambda: rollout.readiness(run, kube))
+    assert error.category == "reconcile-error" and str(error) == "DGD reconciliation error: spec.services: invalid"
+    assert error.evidence == ["dgd/demo status: failed NotReady: spec.services: invalid"]
+
+
+def test_a_missing_frontend_service_fails_readiness(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    serving(api, frontend_service=False)
+    run = make_run(tmp_path, step="step6_readiness")
+    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    assert error.category == "missing-frontend-service" and str(error) == "frontend Service demo-frontend is missing"
+    assert partial.torn_down_at is not None
+
+
+def test_readiness_times_out_at_its_bound(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.watchers = 2  # a wait over two collections
+    api.put(DGD, fakekube.dgd("demo", NS))
+    run = make_run(tmp_path, step="step6_readiness", readiness_s=120)
+    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    assert error.category == "timeout" and not partial.failed_attempt
+    assert str(error) == ("timed out after 120s waiting for dgd/demo Ready with all pods ready; last seen: "
+                          "dgd/demo state=pending Ready=False (NotReady), pods ready 0/2")
+
+
+def test_a_refused_watch_stops_readiness_at_once_instead_of_timing_out(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.watchers = 2  # a wait over two collections
+    api.put(DGD, fakekube.dgd("demo", NS))
+    api.fail("WATCH", f"/api/v1/namespaces/{NS}/pods", forbidden())
+    run = make_run(tmp_path, step="step6_readiness")
+    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    assert error.category == "api-error" and 'cannot watch resource "pods"' in str(error)  # never "timeout"
+    assert isinstance(error.__cause__, Forbidden) and partial.torn_down_at is not None
+
+
+def test_readiness_rides_out_an_apiserver_restart(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    serving(api)
+    api.fail("WATCH", f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments", dropped(), times=3)
+    run = make_run(tmp_path, step="step6_readiness")
+    assert rollout.readiness(run, kube).state == "ready"
+
+
+def test_named_conditions_say_what_they_await() -> None:
+    assert conditions.dgd_gone(NS, "d").awaited == "dgd/d to disappear"
+    assert conditions.pvc_bound(NS, "c").awaited == "pvc/c Bound"
+    assert conditions.dgd_pods_gone(NS, "d").awaited == "pods labelled nvidia.com/dynamo-graph-deployment-name=d " \
+                                                        "to be deleted"
+    assert conditions.pods_gone(NS, "a=b")({"pods": {}}) == (True, "no pods left")
+    assert conditions.pvc_bound(NS, "c")({"pvc": {}}) == (False, "pvc/c phase=None")
