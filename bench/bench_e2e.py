@@ -1,4 +1,4 @@
-"""End to end: the harness's iteration 0 against the spec's reference procedure, on one offline cluster.
+"""End to end: the harness's iteration 0 against the procedure's reference sequence (bench/reference_procedure.sh), on one offline cluster.
 
     python bench/bench_e2e.py [--pairs 5] [--name benche2e] [--keep-cluster] [--json FILE]
 
@@ -10,7 +10,7 @@ A  the harness: a fresh ``make_experiment`` copy aimed at the cluster, then
    ``python -m pytest --iter=0 --handoff=... --kubeconfig=...`` from the checkout root, exactly as
    ``fixtures/demo.py`` runs it; then, outside the timed run, ``--iter=1`` of the staged candidate,
    which retires iteration 0 (the retire wait is measured there);
-B  ``bench/reference_procedure.sh`` (the spec's kubectl/curl/jq sequence with its 30 s / 10 s /
+B  ``bench/reference_procedure.sh`` (the procedure's kubectl/curl/jq sequence with its 30 s / 10 s /
    2 s sleeps) on the same manifests (a fresh copy, the storage-class placeholder resolved the
    way step 2 patches it).
 
@@ -405,7 +405,7 @@ class Bench:
         deploy_root = exp.exp_root / "artifacts" / "deploy-iter-000"
         applied = deploy_root / "applied_manifests"
         applied.mkdir(parents=True)
-        # Step 1 as the spec writes it (stable names), plus step 2's compatibility patch.
+        # Step 1 as the procedure writes it (stable names), plus step 2's compatibility patch.
         shutil.copyfile(inputs / "user_provided_dgd.yaml", applied / "deploy.yaml")
         for kind in ("model-cache", "model-download"):
             text = (inputs / f"{kind}.yaml").read_text().replace(STORAGE_PLACEHOLDER, "standard")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The spec's reference procedure (deploy-dynamo-recipe, steps 2 to 7), as written there: the same
+# The procedure's reference sequence (deploy-dynamo-recipe, steps 2 to 7), as written there: the same
 # kubectl / curl / jq sequence, the 30 s Job polls, the 2 s port-forward polls and the 10 s
 # model-listing polls. It is kept ONLY as the baseline for bench/bench_e2e.py; the harness
 # (`pytest --iter=N`) is what deploys. Step 1 (the run-scoped copies under
@@ -14,7 +14,7 @@
 #   SERVED_MODEL       the served model name
 #   DOWNLOAD_JOB       metadata.name of the Job in model-download.yaml (empty: no such manifest)
 #   VALIDATE_JOB       metadata.name of the Job in model-validate.yaml (empty: no such manifest)
-#   LOCAL_PORT         local port of the port-forward (default 8000, as in the spec)
+#   LOCAL_PORT         local port of the port-forward (default 8000, as in the procedure)
 #   SMOKE_PROMPT       default "Simply output the phrase: NVIDIA Dynamo"
 #   ITERATION          > 0 runs step 3 with PREVIOUS_KUBE_CONTEXT / PREVIOUS_NAMESPACE / PREVIOUS_DGD
 #   KUBECONFIG         as usual for kubectl

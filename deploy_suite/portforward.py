@@ -1,7 +1,7 @@
 """``kubectl port-forward`` as an owned child process (started by :meth:`deploy_suite.kube.Kube.port_forward`).
 
 The smoke test reaches the deployment through it; the child listens on 127.0.0.1 only and never
-outlives the harness (see :func:`_parent_death_signal`).
+outlives the harness (see :func:`parent_death_signal`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from deploy_suite.errors import WaitTimeout
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
+def parent_death_signal() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get SIGTERM when the harness dies (Linux only).
 
     ``stop()`` always ends the port-forward, but a harness killed with SIGKILL (OOM killer, CI
@@ -55,7 +55,7 @@ class PortForward:
     def __init__(self, argv: list[str]) -> None:
         self.argv = argv
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True, preexec_fn=_parent_death_signal())  # noqa: PLW1509
+                                     start_new_session=True, preexec_fn=parent_death_signal())  # noqa: PLW1509
         self.local_port: int | None = None
         self.output: list[str] = []
         self._reader: threading.Thread | None = None

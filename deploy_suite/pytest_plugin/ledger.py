@@ -6,7 +6,7 @@ only when the run deploys. The plugin then
 
 * orders the collected step tests by the registry in ``deploy_suite.runstate``;
 * skips a step with ``blocked by <step>: <reason>`` when an earlier one failed, blocked or did
-  not run (the spec's order is a safety order: nothing mutates before validation);
+  not run (the procedure's order is a safety order: nothing mutates before validation);
 * judges each step's outcome: ``InputError`` / ``StepBlocked`` => ``blocked`` shown as one line
   (no traceback), any other exception => ``failed``;
 * writes the ledger when a step starts and ends and at session end (atomically, checked against
@@ -29,7 +29,7 @@ import pytest
 from pytest_html import extras
 
 from deploy_suite import clock
-from deploy_suite.errors import InputError, LedgerError, StepBlocked, cut
+from deploy_suite.errors import InputError, LedgerError, StepBlocked, StepFailure, cut
 from deploy_suite.pytest_plugin import fixtures
 from deploy_suite.pytest_plugin.keys import LEDGER_ERROR_KEY, RUN_KEY, SETTINGS_KEY, STEP_KEY
 from deploy_suite.runstate import STEP_NAMES, RunState, step_for_module
@@ -161,6 +161,10 @@ class LedgerPlugin:
             return
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         summary = f"{type(error).__name__}: {cut(first_line, 300)}" if error is not None else f"{report.when} failed"
+        if isinstance(error, StepFailure):
+            # A judged verdict (crash loop, failed Job, smoke gate) with its evidence in the ledger:
+            # one line for a person; a traceback would only show our own frames.
+            report.longrepr = summary
         self.run.ledger.add_diagnostic({"step": name, "at": clock.iso_now(), "phase": report.when, "error": summary})
         self._guarded(self.run.end_step, name, "failed", summary)
 

@@ -1,4 +1,4 @@
-"""The ordered deployment steps run by ``pytest --iter=N``: one test module per step of the spec.
+"""The ordered deployment steps run by ``pytest --iter=N``: one test module per step of the procedure.
 
 Modules are named after the registry in ``deploy_suite.runstate.STEPS``
 (``test_step1_inputs.py`` ... ``test_step7_smoke.py``). Each is thin: it asks for fixtures
