@@ -1,4 +1,4 @@
-"""End to end: the harness's iteration 0 against the procedure's reference sequence (bench/reference_procedure.sh), on one offline cluster.
+"""End to end: the harness's iteration 0 against the procedure's reference sequence, on one offline cluster.
 
     python bench/bench_e2e.py [--pairs 5] [--name benche2e] [--keep-cluster] [--json FILE]
 

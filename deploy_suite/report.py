@@ -190,26 +190,14 @@ def summary_html(ledger: Mapping[str, Any], ledger_path: str | None = None, link
 
     blockers = [b for b in ledger.get("blockers") or [] if isinstance(b, Mapping)]
     attempts = [a for a in ledger.get("failed_attempts") or [] if isinstance(a, Mapping)]
-    right = []
-    if blockers:
-        items = "".join(
+    right = [
+        _box("blockers", "dsr-blockers", [
             f"<li><b>{esc(b.get('step'))}</b> [{esc(b.get('class'))}] {esc(b.get('message'))}"
-            f"<br><i>fix:</i> {esc(b.get('fix'))}</li>" for b in blockers
-        )
-        right.append(f'<div class="dsr-box dsr-blockers"><b class="dsr-label">blockers ({len(blockers)})</b>'
-                     f"<ul>{items}</ul></div>")
-    else:
-        right.append('<div class="dsr-box dsr-ok"><b class="dsr-label">blockers</b>none</div>')
-    if attempts:
-        items = "".join(
+            f"<br><i>fix:</i> {esc(b.get('fix'))}</li>" for b in blockers]),
+        _box("failed attempts", "dsr-warn", [
             f"<li>{esc(a.get('at'))} <b>{esc(a.get('step'))}</b> [{esc(a.get('category'))}] "
-            f"{esc(a.get('diagnosis'))}</li>" for a in attempts
-        )
-        right.append(f'<div class="dsr-box dsr-warn"><b class="dsr-label">failed attempts ({len(attempts)})</b>'
-                     f"<ul>{items}</ul></div>")
-    else:
-        right.append(f'<div class="dsr-box dsr-ok"><b class="dsr-label">failed attempts</b>none'
-                     f"{_torn_down(ledger)}</div>")
+            f"{esc(a.get('diagnosis'))}</li>" for a in attempts], _torn_down(ledger)),
+    ]
     steps = "".join(_step_line(s) for s in ledger.get("steps") or [] if isinstance(s, Mapping))
     right.append(f'<table class="dsr-steps"><tbody>{steps}</tbody></table>')
     return (
@@ -219,6 +207,14 @@ def summary_html(ledger: Mapping[str, Any], ledger_path: str | None = None, link
         f'<div class="dsr-grid"><div>{left}</div><div>{"".join(right)}</div></div>'
         "</div>"
     )
+
+
+def _box(label: str, css: str, items: list[str], when_empty: str = "") -> str:
+    """A summary box listing ``items``, or saying ``none`` (plus ``when_empty``) in green."""
+    if not items:
+        return f'<div class="dsr-box dsr-ok"><b class="dsr-label">{label}</b>none{when_empty}</div>'
+    return (f'<div class="dsr-box {css}"><b class="dsr-label">{label} ({len(items)})</b>'
+            f"<ul>{''.join(items)}</ul></div>")
 
 
 def _torn_down(ledger: Mapping[str, Any]) -> str:

@@ -1,9 +1,10 @@
 """The ordered step registry and the one typed state a run passes from step to step.
 
-Steps are the seven steps of the procedure (CONTRIBUTING.md, "Where each rule lives"), one test module each in ``deploy_suite/steps``. Their
-order and names live here (``STEPS``) so that the machinery, the ledger and the report know all
-seven even when a module does not exist yet: a missing module is simply ``not_run``, and, because
-the procedure's order is a safety order (validate before mutate), every later step is then skipped.
+Steps are the seven steps of the procedure (CONTRIBUTING.md, "Where each rule lives"), one test
+module each in ``deploy_suite/steps``. Their order and names live here (``STEPS``) so that the
+machinery, the ledger and the report know all seven even when a module does not exist yet: a
+missing module is simply ``not_run``, and, because the procedure's order is a safety order
+(validate before mutate), every later step is then skipped.
 
 ``RunState`` is what steps receive (through the ``run`` fixture): the frozen settings, the ledger,
 step 1's result and helpers to record evidence, blockers and commands. The pytest plugin
