@@ -9,6 +9,7 @@ schedule, a crash loop), so such a wait stops at once instead of running into it
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,9 @@ from deploy_suite.kube import Kube
 from deploy_suite.resources import DGD, Obj
 from deploy_suite.scheduling import pod_gpus
 from deploy_suite.watch import Judge, Seen, Watch
+
+# kube-scheduler's VolumeBinding filter: `persistentvolumeclaim "model-cache" not found`.
+_CLAIM_NOT_FOUND = re.compile(r'persistentvolumeclaim "([^"]+)" not found')
 
 
 @dataclass(frozen=True)
@@ -72,8 +76,19 @@ class PendingTriage:
         stamp = f"{cond.get('lastTransitionTime')}{cond.get('message')}"
         if self._seen.get(name) == stamp:
             return None
+        verdict = triage.triage_pending(pod, self.kube.events_for(name, self.namespace), self.nodes, self.recheck_s)
+        if verdict is not None and verdict.category == triage.DEPENDENCY and self._stale_claim(verdict):
+            # The scheduler judged from a cache that had not seen the claim yet (it exists now); it
+            # retries on the claim's add event. Not recorded as seen: the next pod update re-judges.
+            return None
         self._seen[name] = stamp
-        return triage.triage_pending(pod, self.kube.events_for(name, self.namespace), self.nodes, self.recheck_s)
+        return verdict
+
+    def _stale_claim(self, verdict: triage.Verdict) -> bool:
+        """True when every claim the scheduler called "not found" exists now."""
+        missing = _CLAIM_NOT_FOUND.findall(" ".join(verdict.evidence))
+        return bool(missing) and all(
+            self.kube.get_or_none("PersistentVolumeClaim", claim, self.namespace) is not None for claim in missing)
 
 
 # ---------------------------------------------------------------------------- deletions

@@ -170,10 +170,12 @@ def _collect_installed_steps(config: pytest.Config) -> None:
     if config.args_source == pytest.Config.ArgsSource.ARGS:
         return
     config.args = [str(STEPS_DIR)]
-    if not STEPS_DIR.is_relative_to(config.rootpath):
-        # Test ids, JUnit class names and the paths pytest prints are rootdir-relative: from a rootdir
-        # that does not hold the steps they would name files that do not exist. Rooted where the
-        # package lives, a step is "deploy_suite/steps/test_step1_inputs.py" from every directory.
+    if config.inipath is None or not STEPS_DIR.is_relative_to(config.rootpath):
+        # Test ids, JUnit class names and the paths pytest prints are rootdir-relative. A rootdir
+        # pytest derived from path arguments (no configuration file) is a common ancestor such as
+        # /tmp, which would name a step "ci.deploy_suite.steps..."; one that does not hold the steps
+        # would name files that do not exist. Rooted where the package lives, a step is
+        # "deploy_suite/steps/test_step1_inputs.py" from every directory.
         config._rootpath = STEPS_DIR.parent.parent
 
 

@@ -148,6 +148,31 @@ def test_a_job_pod_on_an_unbound_claim_is_a_dependency(fake):
     assert caught.value.category == triage.DEPENDENCY and not caught.value.failed_attempt
 
 
+NOT_FOUND = '0/4 nodes are available: persistentvolumeclaim "model-cache" not found.'
+
+
+def test_a_claim_the_scheduler_has_not_seen_yet_is_waited_for_not_a_dependency(fake):
+    # Seen on the offline cluster: the claim was Bound, the scheduler's cache not yet updated.
+    api, kube = fake
+    api.put(KNOWN["PersistentVolumeClaim"], {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                              "metadata": {"name": "model-cache", "namespace": NS},
+                                              "status": {"phase": "Bound"}})
+    scheduled(api, "model-download-x", NOT_FOUND, {"job-name": "model-download"})
+    api.put(KNOWN["Job"], fakekube.job("model-download", NS))
+    api.script_watch(KNOWN["Job"], NS, [fakekube.event("MODIFIED", fakekube.job("model-download", NS, "Complete"))])
+    state = kube.wait(conditions.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
+    assert state.description == "job/model-download conditions: Complete"
+
+
+def test_a_claim_that_really_does_not_exist_is_a_dependency(fake):
+    api, kube = fake
+    scheduled(api, "model-download-x", NOT_FOUND, {"job-name": "model-download"})
+    api.put(KNOWN["Job"], fakekube.job("model-download", NS))
+    with pytest.raises(StepFailure) as caught:
+        kube.wait(conditions.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
+    assert caught.value.category == triage.DEPENDENCY and "model-cache" in str(caught.value)
+
+
 def test_a_job_pod_waiting_for_capacity_waits_and_the_job_completes(fake):
     api, kube = fake
     scheduled(api, "model-download-x", INSUFFICIENT, {"job-name": "model-download"})
