@@ -278,6 +278,16 @@ class _Forward:
         if self.pf is not None:
             self.pf.stop()
 
+    def renew(self) -> None:
+        """Replace a forward that is alive but whose tunnel is dead: after "lost connection to pod"
+        kubectl keeps listening and drops every connection; only a new process recovers."""
+        self.stop()
+        self.pf = None
+
+
+# Consecutive connections kubectl accepted and then dropped before the forward is renewed.
+DEAD_TUNNEL_AFTER = 5
+
 
 def _pause(seconds: float, deadline: float) -> None:
     # Between HTTP probes (there is nothing to watch over HTTP): bounded and short.
@@ -340,13 +350,22 @@ def _gate_reach(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: Smo
                 progress: Callable[[str], None]) -> str | None:
     deadline = clock.monotonic() + s.reach_attempts * s.reach_interval
     delay = 0.05
+    dropped = 0
     while clock.monotonic() < deadline:
         try:
             base = fwd.url(max(1.0, deadline - clock.monotonic()))
             resp = http.get(base + "/v1/models")
             result.models_http_code = resp.status_code
             return base
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            dropped += 1
+            progress(f"smoke: waiting for the port-forward ({type(exc).__name__})")
+            if dropped >= DEAD_TUNNEL_AFTER:
+                progress("smoke: the port-forward accepts connections but drops them; restarting it")
+                fwd.renew()
+                dropped = 0
         except (httpx.HTTPError, WaitTimeout) as exc:
+            dropped = 0
             progress(f"smoke: waiting for the port-forward ({type(exc).__name__})")
         _pause(delay, deadline)
         delay = min(delay * 2, s.backoff_cap)

@@ -236,6 +236,19 @@ def test_a_port_forward_that_never_listens_is_restarted_within_the_bound(tmp_pat
     assert fake_clock.slept == [0.05]
 
 
+def test_a_forward_that_accepts_but_drops_every_connection_is_renewed(tmp_path: Path,
+                                                                        fake_clock: clock.FakeClock) -> None:
+    # kubectl after "lost connection to pod": still listening, every connection closed unanswered.
+    lines: list[str] = []
+    drops = [httpx.RemoteProtocolError("Server disconnected without sending a response.")] * smoke.DEAD_TUNNEL_AFTER
+    kube = FakeKube(forwards=[FakeForward(40001), FakeForward(40002)])
+    result = go(tmp_path, Frontend(models=[*drops, listing(MODEL)]), kube,
+                settings=smoke.SmokeSettings(30, 2.0, 5, 1.0, 5.0), progress=lines)
+    assert result.success == 1 and result.port_forward_restarts == 1
+    assert kube.started[0].stops == 1 and len(kube.started) == 2
+    assert "smoke: the port-forward accepts connections but drops them; restarting it" in lines
+
+
 # ------------------------------------------------------------------ gate 2: the model is listed
 
 
