@@ -193,10 +193,15 @@ def read(path: Path) -> dict[str, Any]:
 def write_torn_down_at(previous_ledger_path: Path, at: str) -> None:
     """Set ``torn_down_at`` in a retired iteration's ledger: the only change allowed there.
 
-    Every other key is kept as it is; the file is rewritten atomically. The schema is not
-    enforced on the old ledger (it may be older than this suite), only the redaction guard.
+    Written once, when the GPUs were freed: an existing value is never overwritten (a rerun would
+    otherwise move it later and inflate the GPU-hours), LedgerError instead. Every other key is
+    kept as it is; the file is rewritten atomically. The schema is not enforced on the old ledger
+    (it may be older than this suite), only the redaction guard.
     """
     data = read(previous_ledger_path)
+    if data.get("torn_down_at"):
+        raise LedgerError(f"{previous_ledger_path.name} already records torn_down_at {data['torn_down_at']}; "
+                          "it is written once and never overwritten")
     data["torn_down_at"] = at
     leak = find_secret(data)
     if leak:
@@ -262,6 +267,8 @@ def new_document(
         "allocated_at": None,
         "torn_down_at": None,
         "failed_attempts": [],
+        "applied_dgd": None,
+        "allocations": [],
     }
 
 
@@ -281,6 +288,7 @@ def new_step(name: str) -> dict[str, Any]:
 SECTIONS = (
     "endpoint", "retired_previous", "preflight", "capacity", "readiness", "smoke",
     "gpus_requested", "allocated_at", "torn_down_at", "frontend_service", "served_model", "dgd_name",
+    "applied_dgd", "allocations",
 )
 
 

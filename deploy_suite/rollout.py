@@ -14,13 +14,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy_suite import clock, conditions, experiment, triage, yamlio
-from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME, LABEL_JOB_NAME, LABEL_SELECTOR
+from deploy_suite import clock, conditions, experiment, resume, triage, yamlio
+from deploy_suite.constants import DGD_KIND, LABEL_COMPONENT, LABEL_DGD_NAME, LABEL_JOB_NAME, LABEL_SELECTOR
 from deploy_suite.dgd import Dgd, from_documents, load_dgd
 from deploy_suite.errors import Forbidden, KubeError, StepBlocked, StepFailure, WaitTimeout
 from deploy_suite.kube import DGD, Kube, Obj
 from deploy_suite.ledger import Ledger, write_torn_down_at
 from deploy_suite.runstate import RunState
+from deploy_suite.workspace import PreviousDeployment
 
 Progress = Callable[[str], None]
 SUPPORT_ORDER = ("model-cache", "model-download", "model-validate")
@@ -39,6 +40,10 @@ class RetireResult:
     deleted_at: str
     existed: bool
     pods_gone_at: str = ""
+    # deleted | already-gone | own-dgd-live (deploy_suite/resume.py decides whose the live DGD is)
+    action: str = "deleted"
+    torn_down_at: str | None = None  # what the retired ledger says now (None: not written by us)
+    note: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,43 +62,91 @@ class Retired:
         if self.context_change is not None:
             evidence["manifest_context_update"] = self.context_change
         if self.retired is not None:
-            ledger.set_section("retired_previous", {**self.retired.as_dict(), "ledger": self.ledger_file})
+            section = {**self.retired.as_dict(), "ledger": self.ledger_file}
+            earlier = ledger.data.get("retired_previous")
+            if self.retired.action != "deleted" and isinstance(earlier, dict) and earlier.get("existed"):
+                # A rerun keeps the record of the deletion an earlier run of this iteration did.
+                section = {**earlier, "rerun": section}
+            ledger.set_section("retired_previous", section)
             evidence.update(self.retired.as_dict())
         return evidence
 
 
 def retire_previous(kube: Kube, namespace: str, dgd_name: str, timeout: float,
-                    on_progress: Progress = _quiet) -> RetireResult:
+                    on_progress: Progress = _quiet, on_deleted: Callable[[RetireResult], None] | None = None
+                    ) -> RetireResult:
     """Delete only the previous DGD, by exact name, then wait for it and its pods to be gone
-    (``timeout`` bounds each wait). PVCs, Jobs, namespaces and secrets are kept."""
+    (``timeout`` bounds each wait). PVCs, Jobs, namespaces and secrets are kept. ``on_deleted``
+    hears of the deletion before the waits (the run saves it: a rerun must know it deleted)."""
     existed = kube.delete(DGD, dgd_name, namespace)
     result = RetireResult(dgd_name, namespace, kube.context, clock.iso_now(), existed)
-    kube.wait(conditions.dgd_gone(namespace, dgd_name), timeout=timeout, on_progress=on_progress)
-    kube.wait(conditions.dgd_pods_gone(namespace, dgd_name), timeout=timeout, on_progress=on_progress)
-    result.pods_gone_at = clock.iso_now()
+    if on_deleted is not None:
+        on_deleted(result)
+    _wait_gone(kube, result, timeout, on_progress)
     return result
+
+
+def _wait_gone(kube: Kube, result: RetireResult, timeout: float, on_progress: Progress) -> None:
+    kube.wait(conditions.dgd_gone(result.namespace, result.dgd), timeout=timeout, on_progress=on_progress)
+    kube.wait(conditions.dgd_pods_gone(result.namespace, result.dgd), timeout=timeout, on_progress=on_progress)
+    result.pods_gone_at = clock.iso_now()
 
 
 def retire(run: RunState, kube: Kube) -> Retired:
     """Record the effective context in manifest.yaml (before the first mutation of the run), then
-    retire the previous iteration's DGD in its own context and write ``torn_down_at`` in its ledger."""
+    retire the previous iteration's DGD in its own context and write ``torn_down_at`` in its ledger
+    once its pods are gone. Idempotent on a rerun: a DGD already gone is recorded, not deleted, and
+    its ledger's ``torn_down_at`` left alone; a live DGD that is this iteration's own (its uid is
+    the one step 5 recorded) is kept; one that is neither blocks."""
     out = Retired(experiment.update_manifest_context(run.exp_root, kube.context))
     if out.context_change is not None:
         run.add_evidence(manifest_context_update=out.context_change)  # kept even if the retire fails
     prev = run.previous
     if prev is None:
         return out
+    out.ledger_file = run.rel(prev.ledger_path)
     owned = prev.kube_context != kube.context
     prev_kube = Kube(prev.kube_context, run.settings.kubeconfig, on_command=run.record_command) if owned else kube
     try:
-        out.retired = retire_previous(prev_kube, prev.namespace, prev.dgd_name, run.settings.timeouts.retire_s,
-                                      on_progress=run.progress)
+        out.retired = _retire_checked(run, prev_kube, prev, out.ledger_file)
     finally:
         if owned:
             prev_kube.close()
-    write_torn_down_at(prev.ledger_path, out.retired.deleted_at)
-    out.ledger_file = run.rel(prev.ledger_path)
     return out
+
+
+def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, ledger_file: str) -> RetireResult:
+    timeout = run.settings.timeouts.retire_s
+    live = kube.get_or_none(DGD, prev.dgd_name, prev.namespace)
+    owner = resume.whose(live, resume.recorded_uid(run.ledger.data), prev.applied_uid)
+    if owner == "unknown":
+        uid = ((live or {}).get("metadata") or {}).get("uid")
+        raise StepBlocked("ownership", f"dgd/{prev.dgd_name} in {prev.namespace} has uid {uid}, neither iteration "
+                          f"{run.settings.iteration - 1}'s ({prev.applied_uid}, its ledger) nor this iteration's; "
+                          "it was not deleted", "if it is this experiment's to remove, delete it yourself and "
+                          "rerun; otherwise choose another DGD name")
+    if owner == "previous":
+        def deleted(result: RetireResult) -> None:
+            run.ledger.set_section("retired_previous", {**result.as_dict(), "ledger": ledger_file})
+            run.save()
+
+        result = retire_previous(kube, prev.namespace, prev.dgd_name, timeout, run.progress, deleted)
+    else:
+        action = "own-dgd-live" if owner == "mine" else "already-gone"
+        result = RetireResult(prev.dgd_name, prev.namespace, kube.context, "", False, action=action)
+        if owner is None:
+            _wait_gone(kube, result, timeout, run.progress)  # its pods may still be terminating
+    earlier = run.ledger.data.get("retired_previous") or {}
+    # torn_down_at when the pods are gone, written once: by this run's deletion, or by the rerun of
+    # one that deleted and was killed before it could write it (its record was saved at the delete).
+    ours = owner == "previous" or (owner is None and earlier.get("existed") and not earlier.get("pods_gone_at"))
+    if ours and prev.torn_down_at is None and result.pods_gone_at:
+        write_torn_down_at(prev.ledger_path, result.pods_gone_at)
+        result.torn_down_at = result.pods_gone_at
+    else:
+        result.torn_down_at = prev.torn_down_at
+        result.note = "torn_down_at left as the retired ledger records it"
+    return result
 
 
 # ---------------------------------------------------------------------------- step 4
@@ -265,9 +318,26 @@ def apply(run: RunState, kube: Kube) -> Applied:
     docs = yamlio.load_all(path, str(path))
     dgd = from_documents(docs, str(path))
     applied = kube.apply_documents(docs, run.namespace, run.rel(path))
+    _record_own_apply(run, kube, dgd, applied)
     return Applied([f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in applied], dgd.total_gpus(),
                    f"kubectl --context {kube.context} delete dynamographdeployment {dgd.name} -n {run.namespace}",
                    spent)
+
+
+def _record_own_apply(run: RunState, kube: Kube, dgd: Dgd, applied: Sequence[Obj]) -> None:
+    """Saved at once, before the step ends: a rerun after a kill must recognise this DGD as its own
+    (deploy_suite/resume.py). A re-apply after a teardown resets ``torn_down_at`` and closes the
+    allocation interval it ended; the next bound GPU pod opens a new one (step 6)."""
+    obj = next((o for o in applied if o.get("kind") == DGD_KIND and (o.get("metadata") or {}).get("name") == dgd.name),
+               None)
+    data = run.ledger.data
+    if obj is not None:
+        run.ledger.set_section("applied_dgd", resume.applied_record(obj, kube.context, clock.iso_now()))
+    reset = resume.reopen(data)
+    if reset is not None:
+        data["reapplies"].append({"at": clock.iso_now(), "dgd": dgd.name, "reason": "re-applied after a teardown",
+                                  "torn_down_at": reset})
+    run.save()
 
 
 # ---------------------------------------------------------------------------- step 6
@@ -373,14 +443,15 @@ def config_engagement(kube: Kube, namespace: str, dgd: Dgd) -> list[dict[str, An
 
 
 def readiness(run: RunState, kube: Kube) -> Readiness:
-    """Wait for readiness; ``allocated_at`` is saved the moment the first GPU pod is bound. On
+    """Wait for readiness; an allocation interval is opened (``allocated_at`` the first) and saved
+    the moment the first GPU pod is bound, unless one is open. On
     failure the attempt is recorded (a failed attempt when the manifest can never run or crashes)
     and the DGD deleted to free its GPUs, unless ``--keep-on-failure`` keeps it to debug."""
     dgd = load_dgd(run.manifests["deploy"])
 
     def allocated(at: str) -> None:
-        if not run.ledger.data.get("allocated_at"):  # a resumed run keeps its first allocation
-            run.ledger.set_section("allocated_at", at)
+        # A rerun on the same live DGD keeps its open interval; allocated_at stays the first start.
+        if resume.open_allocation(run.ledger.data, at):
             run.save()
 
     try:

@@ -219,7 +219,10 @@ class RunState:
                         "cleanup_commands", "resumes"):
                 if isinstance(previous.get(key), list):
                     data[key] = list(previous[key]) + [x for x in data[key] if x not in previous[key]]
-            for key in ("created_at", "allocated_at", "gpus_requested", "torn_down_at"):
+            # What the cluster holds of this iteration (deploy_suite/resume.py): its own apply, its
+            # allocation intervals, its teardown and the retire an earlier run already did.
+            for key in ("created_at", "allocated_at", "gpus_requested", "torn_down_at", "applied_dgd",
+                        "allocations", "retired_previous"):
                 if key in previous:
                     data[key] = previous[key]
             data["resumes"].append({

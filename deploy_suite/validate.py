@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy_suite import capacity as capacity_mod
-from deploy_suite import clock, experiment, knobs, placement
+from deploy_suite import clock, experiment, knobs, placement, resume
 from deploy_suite.constants import (
     DGD_GROUP,
     DGD_KIND,
@@ -34,7 +34,7 @@ from deploy_suite.constants import (
 )
 from deploy_suite.dgd import Dgd, from_documents
 from deploy_suite.errors import Forbidden, KubeError, NotFound, StepBlocked
-from deploy_suite.kube import Kube, Obj
+from deploy_suite.kube import DGD, Kube, Obj
 from deploy_suite.ledger import Ledger, atomic_write_text
 from deploy_suite.runstate import RunState
 from deploy_suite.scheduling import BLOCKING_TAINT_EFFECTS, Taint
@@ -102,6 +102,7 @@ class ValidationInputs:
     workload: Mapping[str, Any]
     display_root: Path  # paths in findings are shown relative to this (EXP_ROOT)
     retiring: tuple[str, str] | None = None  # (namespace, dgd) that step 3 will delete first
+    own: tuple[str, str] | None = None  # (namespace, dgd) of this iteration's own live DGD (a rerun)
     other_live_gpus: int = 0  # GPUs held by this experiment's other live DGDs
 
 
@@ -457,13 +458,13 @@ class Validator:
             self.report.limitations.append("cluster-wide pod list forbidden: GPUs held by other pods are unknown")
             self.report.capacity = {"capacity": "unknown", "reasons": ["pod list forbidden"]}
             return
-        if self.inp.retiring is not None:
-            # Step 3 deletes the previous iteration's DGD before the apply: its GPUs will be free.
-            r_ns, r_name = self.inp.retiring
-            pods = [p for p in pods if not (p["metadata"].get("namespace") == r_ns and (p["metadata"].get("labels")
-                    or {}).get(LABEL_DGD_NAME) == r_name)]
+        # Step 3 deletes the previous iteration's DGD before the apply: its GPUs will be free. A rerun's
+        # own live DGD (deploy_suite/resume.py) is re-applied in place: its pods are the demand itself.
+        excluded = [x for x in (self.inp.retiring, self.inp.own) if x is not None]
+        pods = [p for p in pods if ((p["metadata"].get("namespace"), (p["metadata"].get("labels") or {})
+                                     .get(LABEL_DGD_NAME)) not in excluded)]
         result = capacity_mod.check_capacity(dgd, self.nodes, pods, namespace=self.inp.namespace)
-        self.report.capacity = result.to_dict()
+        self.report.capacity = {**result.to_dict(), "excluded_dgds": [f"{ns}/{name}" for ns, name in excluded]}
         self.report.warnings.extend(result.warnings)
         if result.outcome == "insufficient":
             self.report.block("gpu-capacity", "GPU capacity insufficient: " + "; ".join(result.reasons[:6]),
@@ -539,6 +540,20 @@ class Preflight:
         return StepBlocked(last.cls, message, last.fix, result=self)
 
 
+def own_live_dgd(run: RunState, kube: Kube) -> tuple[str, str] | None:
+    """(namespace, name) of this iteration's own DGD when it is live: its uid is the one an earlier
+    run's step 5 recorded (a rerun). Read-only."""
+    own = run.ledger.data.get("applied_dgd") or {}
+    uid = resume.recorded_uid(run.ledger.data)
+    if uid is None or own.get("kube_context") != kube.context:
+        return None
+    try:
+        live = kube.get_or_none(DGD, str(own.get("name")), str(own.get("namespace")))
+    except Forbidden:
+        return None
+    return (str(own["namespace"]), str(own["name"])) if resume.whose(live, uid, None) == "mine" else None
+
+
 def preflight(run: RunState, kube: Kube) -> Preflight:
     """Step 2: every read-only gate against the run's inputs; raises :class:`StepBlocked` (carrying
     the :class:`Preflight`, which the ledger plugin records) when any gate failed."""
@@ -555,7 +570,7 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
         baseline_dgd_path=baseline, workload=workload, display_root=run.exp_root,
         # Only a DGD on this same cluster frees GPUs here when step 3 deletes it.
         retiring=(prev.namespace, prev.dgd_name) if prev and prev.kube_context == kube.context else None,
-        other_live_gpus=live))
+        own=own_live_dgd(run, kube), other_live_gpus=live))
     result = Preflight(report, run.settings.served_model or report.served_model, report.frontend_service,
                        live_names, run.current or STEP)
     stop = result.blocked()

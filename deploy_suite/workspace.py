@@ -21,6 +21,7 @@ from typing import Any
 from deploy_suite import ledger as ledger_mod
 from deploy_suite.errors import DeploymentLocked, InputError, LedgerError
 from deploy_suite.files import FileRef, display, inside_exp_root, rel, sha256_file
+from deploy_suite.resume import recorded_uid
 from deploy_suite.settings import Settings, deploy_id
 from deploy_suite.workload import is_int
 
@@ -75,6 +76,8 @@ class PreviousDeployment:
     kube_context: str
     namespace: str
     status: str | None
+    applied_uid: str | None = None  # metadata.uid its step 5 recorded (None: an older ledger)
+    torn_down_at: str | None = None
 
     def record(self, exp_root: Path) -> dict[str, Any]:
         return {
@@ -124,6 +127,8 @@ def read_previous(prev_root: Path, exp_root: Path, iteration: int) -> PreviousDe
         kube_context=values["kube_context"],
         namespace=values["namespace"],
         status=status if isinstance(status, str) else None,
+        applied_uid=recorded_uid(data),
+        torn_down_at=data.get("torn_down_at") if isinstance(data.get("torn_down_at"), str) else None,
     )
 
 

@@ -114,11 +114,12 @@ def _matches(obj: Obj, label_selector: str | None, field_selector: str | None) -
         if labels.get(k) != v:
             return False
     for term in filter(None, (field_selector or "").split(",")):
-        dotted, _, want = term.partition("=")
+        negate = "!=" in term  # the apiserver's field selectors take = and !=
+        dotted, _, want = term.replace("!=", "=", 1).partition("=")
         value: Any = obj
         for part in dotted.split("."):
             value = value.get(part) if isinstance(value, dict) else None
-        if str(value) != want:
+        if (str(value) == want) == negate:
             return False
     return True
 
@@ -285,6 +286,8 @@ class FakeApi:
             self.version += 1
             obj["metadata"]["resourceVersion"] = str(self.version)
         obj["metadata"].setdefault("generation", 1)
+        # The apiserver gives each created object a uid of its own (never reused).
+        obj["metadata"].setdefault("uid", f"uid-{obj['metadata']['name']}-{self.version}")
         self._bucket(where)[(where.namespace or "", obj["metadata"]["name"])] = obj
         return obj
 

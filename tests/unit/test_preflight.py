@@ -51,7 +51,8 @@ def fake_run(tmp_path: Path, *, storage_class: str | None = None, served_model: 
                                   "old", CONTEXT, "old-ns", "ready")
     return SimpleNamespace(settings=settings(tmp_path, storage_class, served_model), exp_root=exp,
                            deploy_root=artifacts / "deploy-iter-001", workload=workload, previous=previous,
-                           manifests=manifests, namespace="ns", current="step2_validate")
+                           manifests=manifests, namespace="ns", current="step2_validate",
+                           ledger=SimpleNamespace(data={}))
 
 
 def gates_returning(monkeypatch: pytest.MonkeyPatch, report: ValidationReport) -> list[ValidationInputs]:

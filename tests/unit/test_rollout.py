@@ -16,6 +16,7 @@ from deploy_suite.errors import Forbidden, StepBlocked, StepFailure, WaitTimeout
 from deploy_suite.kube import DGD, KNOWN, Kube
 from deploy_suite.runstate import RunState
 from deploy_suite.settings import Settings, Timeouts
+from deploy_suite.workspace import PreviousDeployment
 from tests import fakekube
 from tests.fakekube import FakeApi, dropped, event, forbidden, job, pod
 
@@ -104,12 +105,14 @@ def test_retire_at_iteration_0_records_the_context_and_touches_no_cluster(fake, 
     assert run.ledger.data["retired_previous"] is None
 
 
-def previous_iteration(tmp_path: Path, context: str = "fake-ctx") -> SimpleNamespace:
+def previous_iteration(tmp_path: Path, context: str = "fake-ctx", uid: str | None = None,
+                       torn_down_at: str | None = None) -> PreviousDeployment:
+    """Iteration 0's ledger (``uid``: what its step 5 recorded; None: an older ledger without it)."""
     root = tmp_path / "artifacts" / "deploy-iter-000"
     root.mkdir(parents=True)
     path = root / ledger.LEDGER_NAME
-    path.write_text(json.dumps({"status": "ready", "torn_down_at": None, "dgd_name": "demo", "keep": [1, 2]}))
-    return SimpleNamespace(root=root, ledger_path=path, dgd_name="demo", namespace=NS, kube_context=context)
+    path.write_text(json.dumps({"status": "ready", "torn_down_at": torn_down_at, "dgd_name": "demo", "keep": [1, 2]}))
+    return PreviousDeployment(root, path, 0, "demo", context, NS, "ready", uid, torn_down_at)
 
 
 def test_retire_deletes_only_the_previous_dgd_and_waits_for_it_and_its_pods(fake, tmp_path: Path) -> None:
@@ -126,9 +129,9 @@ def test_retire_deletes_only_the_previous_dgd_and_waits_for_it_and_its_pods(fake
     retired = run.record(rollout.retire(run, kube))
     result = retired.retired
     assert result is not None and result.existed and result.pods_gone_at
-    assert [r.method for r in api.requests if r.method != "WATCH"] == ["DELETE", "GET", "GET"]
+    assert [r.method for r in api.requests if r.method != "WATCH"] == ["GET", "DELETE", "GET", "GET"]
     assert api.of("DELETE")[0].path == f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/demo"
-    assert [r.command.split(" --context fake-ctx ")[1] for r in records] == [
+    assert [r.command.split(" --context fake-ctx ")[1] for r in records][1:] == [
         f"delete dynamographdeployments.nvidia.com demo -n {NS} --wait=false --cascade=background",
         f"get dynamographdeployments.nvidia.com demo -n {NS} --watch",
         f"get pods -n {NS} -l nvidia.com/dynamo-graph-deployment-name=demo --watch"]
@@ -137,16 +140,20 @@ def test_retire_deletes_only_the_previous_dgd_and_waits_for_it_and_its_pods(fake
                         "[step3_retire_previous] no pods left"]
     # The retired iteration's ledger: torn_down_at set, nothing else changed.
     old = json.loads((tmp_path / "artifacts" / "deploy-iter-000" / ledger.LEDGER_NAME).read_text())
-    assert old == {"status": "ready", "torn_down_at": result.deleted_at, "dgd_name": "demo", "keep": [1, 2]}
+    # torn_down_at is when the GPUs were freed: the pods gone, not the delete request.
+    assert old == {"status": "ready", "torn_down_at": result.pods_gone_at, "dgd_name": "demo", "keep": [1, 2]}
     section = run.ledger.data["retired_previous"]
     assert section == {**result.as_dict(), "ledger": "artifacts/deploy-iter-000/deployment_ledger.json"}
-    assert set(section) == {"dgd", "namespace", "kube_context", "deleted_at", "existed", "pods_gone_at", "ledger"}
+    assert set(section) == {"dgd", "namespace", "kube_context", "deleted_at", "existed", "pods_gone_at", "ledger",
+                            "action", "torn_down_at", "note"}
+    assert result.action == "deleted" and result.torn_down_at == result.pods_gone_at
     assert run.evidence == result.as_dict()
 
 
 def test_retire_uses_the_previous_iterations_own_context(fake, tmp_path: Path, monkeypatch) -> None:
     _, kube, records = fake
     other = FakeApi(fake[0].fake_clock)
+    other.put(DGD, fakekube.dgd("demo", NS))
     made: list[Kube] = []
 
     def previous_kube(context: str, kubeconfig: Any, on_command: Any) -> Kube:
@@ -168,6 +175,7 @@ def test_a_retire_that_times_out_keeps_the_context_evidence(fake, tmp_path: Path
     api, kube, _ = fake
     previous = previous_iteration(tmp_path)
     run = make_run(tmp_path, iteration=1, previous=previous, retire_s=30)
+    api.put(DGD, fakekube.dgd("demo", NS))
     api.put(POD, pod("stuck", NS, labels=DGD_LABEL))
     with pytest.raises(WaitTimeout, match=r"pods labelled nvidia\.com/dynamo-graph-deployment-name=demo"):
         rollout.retire(run, kube)

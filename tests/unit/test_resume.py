@@ -1,0 +1,228 @@
+"""Resume is idempotent at every step boundary (deploy_suite/resume.py and its callers): whose a live
+DGD is, step 3 on a rerun, step 5's own-apply record and re-apply, allocation intervals and
+GPU-hours, torn_down_at written once, and step 2's capacity excluding a rerun's own pods."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy_suite import ledger, resume, rollout, validate
+from deploy_suite.errors import LedgerError, StepBlocked
+from deploy_suite.kube import DGD, KNOWN, Kube
+from deploy_suite.validate import ValidationInputs, Validator
+from tests import fakekube
+from tests.fakekube import FakeApi, pod
+from tests.unit.test_capacity import node
+from tests.unit.test_rollout import DEPLOY, DGD_LABEL, NS, make_run, previous_iteration
+
+POD = KNOWN["Pod"]
+T0, T1, T2, T3 = "2026-06-01T10:00:00Z", "2026-06-01T11:00:00Z", "2026-06-01T12:00:00Z", "2026-06-01T12:30:00Z"
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[FakeApi, Kube, list[Any]]]:
+    with fakekube.installed() as made:
+        yield made
+
+
+def live(uid: str) -> dict[str, Any]:
+    return {"metadata": {"name": "demo", "uid": uid}}
+
+
+# ------------------------------------------------------------------ whose is the live DGD
+
+
+@pytest.mark.parametrize(("found", "own", "previous", "expected"), [
+    (None, "u1", "u0", None),                # gone
+    (live("u1"), "u1", "u0", "mine"),        # a rerun after step 5: this iteration's own
+    (live("u0"), "u1", "u0", "previous"),    # iteration N-1's, by its recorded uid
+    (live("u0"), None, "u0", "previous"),    # step 5 has not run yet
+    (live("u0"), None, None, "previous"),    # an older previous ledger: by name, as before
+    (live("u9"), "u1", "u0", "unknown"),     # neither: someone re-created the name
+    (live("u9"), None, "u0", "unknown"),
+])
+def test_whose_the_live_dgd_is(found: Any, own: str | None, previous: str | None, expected: str | None) -> None:
+    assert resume.whose(found, own, previous) == expected
+
+
+# ------------------------------------------------------------------ allocation intervals, GPU-hours
+
+
+def test_allocation_intervals_add_up_and_a_rerun_on_the_live_dgd_keeps_the_open_one() -> None:
+    data: dict[str, Any] = {"gpus_requested": 2, "allocated_at": None, "torn_down_at": None, "allocations": []}
+    assert resume.open_allocation(data, T0)
+    assert not resume.open_allocation(data, T1)  # same live DGD: the interval stays open
+    data["torn_down_at"] = T1
+    assert resume.reopen(data) == T1  # re-applied after a teardown
+    assert data["torn_down_at"] is None and data["allocations"] == [{"allocated_at": T0, "released_at": T1}]
+    assert resume.open_allocation(data, T2)
+    assert data["allocated_at"] == T0  # the first start, for compatibility
+    data["torn_down_at"] = T3
+    # 2 GPUs x (1 h + 0.5 h), not 2 x 2.5 h from the first start.
+    assert resume.gpu_hours(data) == 3.0
+    assert resume.reopen({"torn_down_at": None}) is None
+
+
+def test_gpu_hours_of_an_older_ledger_and_of_a_dgd_still_holding_its_gpus() -> None:
+    assert resume.gpu_hours({"gpus_requested": 4, "allocated_at": T0, "torn_down_at": T2}) == 8.0
+    assert resume.gpu_hours({"gpus_requested": 1, "allocated_at": T0, "torn_down_at": None}, now=T1) == 1.0
+    assert resume.gpu_hours({"gpus_requested": 1, "allocated_at": None}) == 0.0
+    # An older ledger resumed on its live DGD: its allocated_at becomes the open interval, not a second one.
+    old: dict[str, Any] = {"allocated_at": T0, "torn_down_at": None}
+    assert not resume.open_allocation(old, T1)
+    assert old["allocations"] == [{"allocated_at": T0, "released_at": None}]
+
+
+def test_write_torn_down_at_never_overwrites(tmp_path: Path) -> None:
+    path = tmp_path / ledger.LEDGER_NAME
+    path.write_text(json.dumps({"torn_down_at": T1}))
+    with pytest.raises(LedgerError, match="written once and never overwritten"):
+        ledger.write_torn_down_at(path, T2)
+    assert json.loads(path.read_text()) == {"torn_down_at": T1}
+
+
+# ------------------------------------------------------------------ step 3 on a rerun
+
+
+def own_apply(run: Any, uid: str) -> None:
+    run.ledger.set_section("applied_dgd", {"name": "demo", "namespace": NS, "kube_context": "fake-ctx", "uid": uid,
+                                           "applied_at": T1})
+
+
+def prev_ledger(previous: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(previous.ledger_path.read_text())
+    return data
+
+
+def test_a_rerun_after_step_5_keeps_its_own_dgd_of_the_same_name(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    previous = previous_iteration(tmp_path, uid="uid-iter-0", torn_down_at=T0)
+    run = make_run(tmp_path, iteration=1, previous=previous)
+    own_apply(run, "uid-iter-1")
+    run.ledger.set_section("retired_previous", {"dgd": "demo", "existed": True, "pods_gone_at": T0})
+    api.put(DGD, {**fakekube.dgd("demo", NS), "metadata": {"name": "demo", "namespace": NS, "uid": "uid-iter-1"}})
+    api.put(POD, pod("demo-worker-0", NS, labels=DGD_LABEL))  # iteration 1's own pod: not waited for
+    retired = run.record(rollout.retire(run, kube))
+    assert api.of("DELETE") == [] and api.of("WATCH") == []
+    result = retired.retired
+    assert result is not None and (result.action, result.existed, result.torn_down_at) == ("own-dgd-live", False, T0)
+    assert prev_ledger(previous)["torn_down_at"] == T0  # untouched
+    section = run.ledger.data["retired_previous"]  # the earlier run's deletion is kept, the rerun beside it
+    assert section["existed"] is True and section["rerun"]["action"] == "own-dgd-live"
+
+
+def test_a_previous_dgd_already_gone_is_recorded_and_its_torn_down_at_left_alone(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    previous = previous_iteration(tmp_path, uid="uid-iter-0")
+    run = make_run(tmp_path, iteration=1, previous=previous)
+    retired = run.record(rollout.retire(run, kube))
+    assert api.of("DELETE") == []
+    assert retired.retired is not None and retired.retired.action == "already-gone"
+    assert prev_ledger(previous)["torn_down_at"] is None  # not ours to date: nobody knows when it went
+    assert retired.retired.note == "torn_down_at left as the retired ledger records it"
+
+
+def test_a_rerun_of_a_retire_killed_before_torn_down_at_writes_it_once(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    previous = previous_iteration(tmp_path, uid="uid-iter-0")
+    run = make_run(tmp_path, iteration=1, previous=previous)
+    # What the killed run saved at its delete, before the waits: existed, no pods_gone_at yet.
+    run.ledger.set_section("retired_previous", {"dgd": "demo", "existed": True, "deleted_at": T0, "pods_gone_at": ""})
+    retired = run.record(rollout.retire(run, kube))
+    assert api.of("DELETE") == []
+    result = retired.retired
+    assert result is not None and result.pods_gone_at and result.torn_down_at == result.pods_gone_at
+    assert prev_ledger(previous)["torn_down_at"] == result.pods_gone_at
+
+
+def test_a_live_dgd_that_is_neither_iterations_blocks_and_is_not_deleted(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    previous = previous_iteration(tmp_path, uid="uid-iter-0")
+    run = make_run(tmp_path, iteration=1, previous=previous)
+    own_apply(run, "uid-iter-1")
+    api.put(DGD, {**fakekube.dgd("demo", NS), "metadata": {"name": "demo", "namespace": NS, "uid": "uid-other"}})
+    with pytest.raises(StepBlocked, match="has uid uid-other, neither iteration 0's") as caught:
+        rollout.retire(run, kube)
+    assert caught.value.cls == "ownership" and api.of("DELETE") == []
+    assert prev_ledger(previous)["torn_down_at"] is None
+
+
+def test_the_previous_dgd_by_its_recorded_uid_is_deleted_and_the_deletion_saved_before_the_waits(
+        fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    previous = previous_iteration(tmp_path, uid="uid-iter-0")
+    run = make_run(tmp_path, iteration=1, previous=previous)
+    run.ledger.path = run.deploy_root / ledger.LEDGER_NAME
+    api.put(DGD, {**fakekube.dgd("demo", NS), "metadata": {"name": "demo", "namespace": NS, "uid": "uid-iter-0"}})
+    saved: list[dict[str, Any]] = []
+    original = rollout._wait_gone
+
+    def spy(*args: Any) -> None:
+        saved.append(json.loads(run.ledger.path.read_text())["retired_previous"])  # type: ignore[union-attr]
+        original(*args)
+
+    rollout._wait_gone = spy  # type: ignore[assignment]
+    try:
+        retired = run.record(rollout.retire(run, kube))
+    finally:
+        rollout._wait_gone = original  # type: ignore[assignment]
+    assert len(api.of("DELETE")) == 1 and saved[0]["existed"] is True and saved[0]["pods_gone_at"] == ""
+    assert retired.retired is not None and prev_ledger(previous)["torn_down_at"] == retired.retired.pods_gone_at
+
+
+# ------------------------------------------------------------------ step 5: its own apply, re-apply
+
+
+def test_apply_records_its_uid_and_a_reapply_after_a_teardown_opens_a_new_interval(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    run = make_run(tmp_path, step="step5_apply")
+    run.record(rollout.apply(run, kube))
+    first = run.ledger.data["applied_dgd"]
+    assert first["uid"] and (first["name"], first["namespace"], first["kube_context"]) == ("demo", NS, "fake-ctx")
+    rollout.apply(run, kube)  # the same live DGD: server-side apply keeps it
+    assert run.ledger.data["applied_dgd"]["uid"] == first["uid"] and run.ledger.data["reapplies"] == []
+    # Torn down (step 6 failed), then a rerun re-applies: a new DGD, torn_down_at reset.
+    api.objects[("/apis/nvidia.com/v1alpha1", "dynamographdeployments")].clear()
+    run.ledger.data.update(allocated_at=T0, allocations=[{"allocated_at": T0, "released_at": None}], torn_down_at=T1)
+    rollout.apply(run, kube)
+    data = run.ledger.data
+    assert data["applied_dgd"]["uid"] != first["uid"] and data["torn_down_at"] is None
+    assert data["allocations"] == [{"allocated_at": T0, "released_at": T1}]
+    assert [(r["reason"], r["torn_down_at"]) for r in data["reapplies"]] == [("re-applied after a teardown", T1)]
+    ledger.validate(data)
+
+
+# ------------------------------------------------------------------ step 2: a rerun's own pods
+
+
+def test_a_reruns_own_live_dgd_is_found_by_its_uid(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    run = make_run(tmp_path, step="step2_validate")
+    assert validate.own_live_dgd(run, kube) is None  # step 5 never ran
+    own_apply(run, "uid-iter-0")
+    assert validate.own_live_dgd(run, kube) is None  # recorded, but not live
+    api.put(DGD, {**fakekube.dgd("demo", NS), "metadata": {"name": "demo", "namespace": NS, "uid": "uid-iter-0"}})
+    assert validate.own_live_dgd(run, kube) == (NS, "demo")
+    api.put(DGD, {**fakekube.dgd("demo", NS), "metadata": {"name": "demo", "namespace": NS, "uid": "uid-new"}})
+    assert validate.own_live_dgd(run, kube) is None  # the same name, another DGD
+
+
+def test_capacity_excludes_the_reruns_own_pods(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text(DEPLOY)
+    api.put(POD, pod("demo-worker-0", NS, phase="Running", labels=DGD_LABEL, gpus=1, node="n1"))
+    outcomes = {}
+    for own in (None, (NS, "demo")):
+        checker = Validator(kube, ValidationInputs(NS, deploy, {}, None, {}, tmp_path, own=own))
+        checker.nodes = [node("n1", gpus=1)]
+        checker.check_capacity(rollout.load_dgd(deploy))
+        outcomes[own] = (checker.report.capacity or {}).get("capacity"), [b.cls for b in checker.report.blockers]
+    # One GPU on the cluster, held by the rerun's own worker: blocked by itself before, sufficient now.
+    assert outcomes[None] == ("insufficient", ["gpu-capacity"])
+    assert outcomes[(NS, "demo")] == ("sufficient", [])
