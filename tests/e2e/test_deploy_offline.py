@@ -262,7 +262,9 @@ def test_iteration_1_retires_iteration_0_with_the_same_dgd_name(target: Target) 
     retired = led1["retired_previous"]
     assert retired["dgd"] == SAMPLE_DGD and retired["namespace"] == target.namespace
     assert retired["kube_context"] == target.context and retired["existed"] is True
-    assert retired["deleted_at"] == led0["torn_down_at"] and retired["pods_gone_at"]
+    # torn_down_at is when the GPUs were freed (its pods gone), written once.
+    assert retired["pods_gone_at"] == led0["torn_down_at"] == retired["torn_down_at"] and retired["deleted_at"]
+    assert retired["action"] == "deleted"
     assert retired["ledger"] == f"artifacts/{root0.name}/{ledger.LEDGER_NAME}"
     assert led1["previous_deployment"]["dgd_name"] == SAMPLE_DGD
     deletes = [c["command"] for c in led1["commands"] if c["kind"] == "mutate" and " delete " in c["command"]]

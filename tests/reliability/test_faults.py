@@ -107,7 +107,7 @@ def test_apiserver_restart_during_the_retire_wait_of_iteration_1(target: Target,
     assert_inside(data, "step3_retire_previous", fault.at)
     retired = data["retired_previous"]
     assert retired["dgd"] == DGD_NAME and retired["existed"] is True and retired["pods_gone_at"]
-    assert support.read_ledger(first.ledger_path)["torn_down_at"] == retired["deleted_at"]
+    assert support.read_ledger(first.ledger_path)["torn_down_at"] == retired["pods_gone_at"]
     faults_log[-1].detail["step_s"] = _duration(data, fault.step)
 
 

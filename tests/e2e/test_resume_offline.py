@@ -1,0 +1,123 @@
+"""Reruns on the offline cluster, as a user makes them: resume is idempotent at every step boundary.
+
+* iteration 1 keeps iteration 0's DGD name (the sample's ``demo-agg``); its run is killed right
+  after step 5 (``DEPLOY_SUITE_TEST_KILL_AFTER``), or simply ends ``ready``; the rerun ends
+  ``ready`` with the same DGD (``metadata.uid`` unchanged), never asks the apiserver to delete it
+  (the audit log, picked out by the rerun's user agent) and leaves iteration 0's ``torn_down_at``
+  as the first run wrote it;
+* a rerun on a cluster with exactly enough GPUs for one copy of the DGD (another tenant holds every
+  other GPU the DGD could use) passes step 2: its own pods are not another tenant's.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy_suite import conditions
+from deploy_suite.kube import DGD, Obj
+from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite.pytest_plugin.ledger import KILL_ENV
+from fixtures.experiments.make_experiment import stage_candidate
+from tests import support
+from tests.e2e.test_deploy_offline import hold_gpus
+from tests.support import SuiteRun, Target
+
+pytestmark = [pytest.mark.cluster]
+
+SAMPLE_DGD = "demo-agg"
+DGD_LABEL = "nvidia.com/dynamo-graph-deployment-name"
+H200_NODES = ("h200-0", "h200-1")  # the default layout's GPU nodes the sample can use (8 GPUs each)
+
+
+@pytest.fixture
+def target(offline_cluster: OfflineCluster, tmp_path: Path) -> Iterator[Target]:
+    with support.admin_target(offline_cluster, tmp_path, "resume", Target) as made:
+        yield made
+
+
+def uid_of(target: Target) -> str:
+    live = target.kube.get(DGD, SAMPLE_DGD, target.namespace)
+    return str(live["metadata"]["uid"])
+
+
+def audited_rerun(target: Target, exp_root: Path, iteration: int, handoff: Path | None) -> tuple[SuiteRun, list[Obj]]:
+    """Rerun the suite with a user agent of its own; its requests from the apiserver's audit log."""
+    agent = support.new_user_agent(f"resume-rerun/iter-{iteration}")
+    rerun = SuiteRun(exp_root, iteration, target.kubeconfig, target.reports, (), handoff, {}, agent)
+    assert rerun.run() == 0, rerun.output[-4000:]
+    sentinel = support.sentinel_kube(target.context, target.kubeconfig, agent)
+    try:
+        return rerun, support.audit_events(target.cluster.info().audit_log, sentinel, agent)
+    finally:
+        sentinel.close()
+
+
+def dgd_deletes(events: list[Obj]) -> list[str]:
+    return [support.describe(e) for e in support.mutations(events)
+            if e.get("verb") == "delete" and (e.get("objectRef") or {}).get("resource") == "dynamographdeployments"]
+
+
+def assert_ready_again(led: dict[str, Any], uid: str) -> None:
+    assert led["status"] == "ready", (support.outcomes(led), led["blockers"])
+    assert led["smoke"]["success"] == 1 and led["failed_attempts"] == []
+    assert led["applied_dgd"]["uid"] == uid and led["torn_down_at"] is None
+    assert len(led["resumes"]) == 1
+    # One allocation interval, still open: the rerun on the same live DGD did not start another.
+    assert [i["released_at"] for i in led["allocations"]] == [None]
+    assert led["allocations"][0]["allocated_at"] == led["allocated_at"]
+
+
+@pytest.mark.parametrize("killed_after", ["step5_apply", None], ids=["killed-after-step5", "after-ready"])
+def test_a_rerun_of_iteration_1_keeps_its_own_dgd_of_the_same_name(target: Target, killed_after: str | None) -> None:
+    exp = target.experiment()
+    first = target.run(exp)
+    assert first.returncode == 0, first.output[-4000:]
+    handoff = stage_candidate(exp.exp_root, 1)  # same DGD name, one unpinned knob changed
+    second = target.suite(exp, iteration=1, handoff=handoff, env={KILL_ENV: killed_after} if killed_after else None)
+    rc = second.run()
+    assert rc == (-signal.SIGKILL if killed_after else 0), second.output[-4000:]
+    killed = second.ledger()
+    uid = uid_of(target)
+    assert killed["applied_dgd"]["uid"] == uid  # recorded at apply
+    torn0 = support.read_ledger(first.ledger_path)["torn_down_at"]
+    assert torn0 is not None  # the first run of iteration 1 retired iteration 0
+
+    rerun, events = audited_rerun(target, exp.exp_root, 1, handoff)
+    led = rerun.ledger()
+    assert_ready_again(led, uid)
+    assert uid_of(target) == uid
+    assert dgd_deletes(events) == []
+    assert support.read_ledger(first.ledger_path)["torn_down_at"] == torn0
+    retired = led["retired_previous"]  # the first run's deletion kept, the rerun's decision beside it
+    assert retired["existed"] is True and retired["torn_down_at"] == torn0
+    assert retired["rerun"]["action"] == "own-dgd-live" and retired["rerun"]["existed"] is False
+    assert support.step(led, "step3_retire_previous")["outcome"] == "passed"
+
+
+def test_a_rerun_on_a_cluster_with_gpus_for_exactly_one_copy_passes_step_2(target: Target) -> None:
+    exp = target.experiment()
+    first = target.run(exp)
+    assert first.returncode == 0, first.output[-4000:]
+    uid = uid_of(target)
+    pods = target.kube.list_items("Pod", target.namespace, label_selector=f"{DGD_LABEL}={SAMPLE_DGD}")[0]
+    mine = {node: 0 for node in H200_NODES}
+    for pod in pods:
+        node = pod["spec"].get("nodeName")
+        if node in mine:
+            mine[node] += conditions.gpus_of(pod)
+    assert sum(mine.values()) == first.ledger()["gpus_requested"] == 1, mine
+    # Another tenant takes every GPU the DGD could use but its own: exactly one copy fits.
+    for node, own in mine.items():
+        hold_gpus(target, [node], 8 - own)
+
+    rerun, events = audited_rerun(target, exp.exp_root, 0, None)
+    led = rerun.ledger()
+    assert_ready_again(led, uid)
+    assert led["capacity"]["capacity"] == "sufficient", led["capacity"]
+    assert led["capacity"]["excluded_dgds"] == [f"{target.namespace}/{SAMPLE_DGD}"]
+    assert dgd_deletes(events) == [] and uid_of(target) == uid
