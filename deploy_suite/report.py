@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy_suite import ledger as ledger_mod
+from deploy_suite import resume
 from deploy_suite.errors import LedgerError
 from deploy_suite.report_capacity import capacity_section
 from deploy_suite.report_values import (
@@ -184,6 +185,7 @@ def summary_html(ledger: Mapping[str, Any], ledger_path: str | None = None, link
         ("GPUs requested", esc(ledger.get("gpus_requested")) if ledger.get("gpus_requested") is not None
          else muted("not known yet")),
     ]
+    pairs.append(("GPU allocation", _allocation(ledger)))
     if ledger_path:
         pairs.append(("ledger", f"<code>{esc(ledger_path)}</code>"))
     left = kv_table(pairs)
@@ -215,6 +217,18 @@ def _box(label: str, css: str, items: list[str], when_empty: str = "") -> str:
         return f'<div class="dsr-box dsr-ok"><b class="dsr-label">{label}</b>none{when_empty}</div>'
     return (f'<div class="dsr-box {css}"><b class="dsr-label">{label} ({len(items)})</b>'
             f"<ul>{''.join(items)}</ul></div>")
+
+
+def _allocation(ledger: Mapping[str, Any]) -> str:
+    """The allocation intervals (README, "Resume") and their GPU-hours as of the ledger's last write."""
+    spans = resume.intervals(ledger)
+    if not spans:
+        return muted("no GPU pod bound yet")
+    until = ledger.get("updated_at")
+    hours = resume.gpu_hours(ledger, now=str(until) if until else None)
+    held = spans[-1].get("released_at") is None and not ledger.get("torn_down_at")
+    return (f"{len(spans)} interval(s) from {esc(spans[0].get('allocated_at'))}, {hours:g} GPU-hours"
+            + (f" {muted('(still held at ' + str(until) + ')')}" if held else _torn_down(ledger)))
 
 
 def _torn_down(ledger: Mapping[str, Any]) -> str:

@@ -227,3 +227,17 @@ def test_old_or_partial_ledger_still_renders(ready: dict[str, Any]) -> None:
     ready["steps"] = []
     page = report.render(ready)
     assert "no capacity evidence recorded" in page and "not known yet" in page
+
+
+def test_summary_shows_the_allocation_intervals_and_gpu_hours(ready: dict[str, Any]) -> None:
+    # An older ledger (allocated_at only), still holding its GPUs at its last write (8 GPUs x 1 s).
+    top = report.summary_html(ready)
+    assert "1 interval(s) from 2026-11-30T08:36:43Z, 0.002222 GPU-hours" in top and "still held at" in top
+    # Torn down, re-applied, torn down again: the intervals add up (1 GPU x (1 h + 0.5 h)).
+    reran = {**ready, "gpus_requested": 1, "allocated_at": "2026-06-01T10:00:00Z",
+             "torn_down_at": "2026-06-01T12:30:00Z",
+             "allocations": [{"allocated_at": "2026-06-01T10:00:00Z", "released_at": "2026-06-01T11:00:00Z"},
+                             {"allocated_at": "2026-06-01T12:00:00Z", "released_at": None}]}
+    top = report.summary_html(reran)
+    assert "2 interval(s) from 2026-06-01T10:00:00Z, 1.5 GPU-hours; torn down at 2026-06-01T12:30:00Z" in top
+    assert "no GPU pod bound yet" in report.summary_html({**ready, "allocated_at": None})
