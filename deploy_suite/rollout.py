@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy_suite import clock, conditions, experiment, triage, yamlio
+from deploy_suite import clock, conditions, experiment, ownership, triage, yamlio
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME, LABEL_JOB_NAME, LABEL_SELECTOR
 from deploy_suite.dgd import Dgd, from_documents, load_dgd
-from deploy_suite.errors import Forbidden, KubeError, StepBlocked, StepFailure, WaitTimeout
+from deploy_suite.errors import Forbidden, KubeError, StepFailure, WaitTimeout
 from deploy_suite.kube import DGD, Kube, Obj
 from deploy_suite.ledger import Ledger, write_torn_down_at
 from deploy_suite.runstate import RunState
@@ -65,7 +65,9 @@ class Retired:
 def retire_previous(kube: Kube, namespace: str, dgd_name: str, timeout: float,
                     on_progress: Progress = _quiet) -> RetireResult:
     """Delete only the previous DGD, by exact name, then wait for it and its pods to be gone
-    (``timeout`` bounds each wait). PVCs, Jobs, namespaces and secrets are kept."""
+    (``timeout`` bounds each wait). PVCs, Jobs, namespaces and secrets are kept. A same-named DGD
+    this experiment did not create is never deleted (``deploy_suite.ownership``)."""
+    ownership.require_not_foreign(kube, namespace, dgd_name, "step 3 refuses to delete it")
     existed = kube.delete(DGD, dgd_name, namespace)
     result = RetireResult(dgd_name, namespace, kube.context, clock.iso_now(), existed)
     kube.wait(conditions.dgd_gone(namespace, dgd_name), timeout=timeout, on_progress=on_progress)
@@ -84,7 +86,8 @@ def retire(run: RunState, kube: Kube) -> Retired:
     if prev is None:
         return out
     owned = prev.kube_context != kube.context
-    prev_kube = Kube(prev.kube_context, run.settings.kubeconfig, on_command=run.record_command) if owned else kube
+    prev_kube = Kube(prev.kube_context, run.settings.kubeconfig, on_command=run.record_command,
+                     field_manager=kube.field_manager) if owned else kube
     try:
         out.retired = retire_previous(prev_kube, prev.namespace, prev.dgd_name, run.settings.timeouts.retire_s,
                                       on_progress=run.progress)
@@ -238,36 +241,32 @@ def support(run: RunState, kube: Kube) -> Support:
 # ---------------------------------------------------------------------------- step 5
 @dataclass
 class Applied:
-    """Step 5: the objects applied from deploy.yaml, the GPUs they request, how to clean up."""
+    """Step 5: the objects applied from deploy.yaml, the GPUs they request, how to clean up, and
+    whose the DGD was just before the apply (``absent`` or ``ours``)."""
 
     applied: list[str]
     gpus_requested: int
     cleanup_command: str
-    failed_attempts_so_far: int
+    owner_before: str = "absent"
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
         ledger.set_section("gpus_requested", self.gpus_requested)
         ledger.add_cleanup_command(self.cleanup_command)
-        return {"applied": self.applied, "gpus_requested": self.gpus_requested,
-                "failed_attempts_so_far": self.failed_attempts_so_far}
+        return {"applied": self.applied, "gpus_requested": self.gpus_requested, "dgd_before": self.owner_before}
 
 
 def apply(run: RunState, kube: Kube) -> Applied:
-    """Apply every document of applied_manifests/deploy.yaml (and nothing else), unless the
-    experiment's failed-deploy budget is spent."""
-    budget = run.workload.max_failed_deploys
-    spent = experiment.failed_attempts_so_far(run.exp_root)
-    if budget is not None and spent >= budget:
-        raise StepBlocked("budget", f"failed-deploy budget exhausted: {spent} failed attempts recorded, "
-                          f"budgets.max_failed_deploys is {budget:g}", "ask the user for more budget or stop the "
-                          "experiment")
+    """Apply every document of applied_manifests/deploy.yaml (and nothing else). The budgets were
+    judged in step 2; the DGD's ownership is read again right before the apply, so a same-named
+    DGD someone created since step 2 is still never applied over."""
     path = run.manifests["deploy"]
     docs = yamlio.load_all(path, str(path))
     dgd = from_documents(docs, str(path))
+    before = ownership.require_not_foreign(kube, run.namespace, dgd.name, "step 5 refuses to apply over it")
     applied = kube.apply_documents(docs, run.namespace, run.rel(path))
     return Applied([f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in applied], dgd.total_gpus(),
                    f"kubectl --context {kube.context} delete dynamographdeployment {dgd.name} -n {run.namespace}",
-                   spent)
+                   before.state)
 
 
 # ---------------------------------------------------------------------------- step 6

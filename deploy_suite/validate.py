@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deploy_suite import budget, clock, experiment, knobs, ownership, placement
 from deploy_suite import capacity as capacity_mod
-from deploy_suite import clock, experiment, knobs, placement
 from deploy_suite.constants import (
     DGD_GROUP,
     DGD_KIND,
@@ -200,6 +200,7 @@ class Validator:
         self.check_pinned(dgd)
         self.check_ceiling(dgd)
         self.check_capacity(dgd)
+        self.check_ownership(dgd)
         return rep
 
     # ------------------------------------------------------------------ gates
@@ -446,6 +447,26 @@ class Validator:
                               f"other live DGDs hold {self.inp.other_live_gpus}: {total} > resources.gpu_ceiling "
                               f"{ceiling}", "reduce the candidate's GPU footprint or retire other DGDs first")
 
+    def check_ownership(self, dgd: Dgd) -> None:
+        """The candidate's DGD (step 5 applies over it) and the one step 3 retires: each absent or
+        this experiment's (``deploy_suite.ownership``); a foreign one is never changed or deleted."""
+        targets = {(self.inp.namespace, dgd.name): "step 5 would apply over it"}
+        if self.inp.retiring is not None:
+            targets.setdefault(self.inp.retiring, "step 3 would delete it as the previous iteration's")
+        seen = []
+        for (ns, name), what in targets.items():
+            try:
+                found = ownership.check(self.kube, ns, name)
+            except Forbidden:
+                self.report.block("ownership", f"DGD {ns}/{name}: get forbidden, so who created it is unknown",
+                                  "grant get on dynamographdeployments in the namespace")
+                continue
+            seen.append(found.as_dict())
+            if found.foreign:
+                stop = found.blocked(f"{what}: refused before any change")
+                self.report.block(stop.cls, stop.message, stop.fix)
+        self.ev["ownership"] = seen
+
     def check_capacity(self, dgd: Dgd) -> None:
         if self.nodes is None:
             self.report.capacity = {"capacity": "unknown", "reasons": ["node list forbidden"]}
@@ -506,6 +527,7 @@ class Preflight:
     frontend_service: str | None
     other_live_dgds: list[str]
     step: str = STEP
+    budget: dict[str, Any] | None = None  # budget.BudgetState.as_dict(): the ledger's budget section
 
     def record(self, ledger: Ledger) -> dict[str, Any]:
         """Patches, limitations and the step-2 sections; every blocker but the last, which stops the
@@ -520,6 +542,7 @@ class Preflight:
         ledger.set_section("frontend_service", self.frontend_service)
         ledger.set_section("served_model", self.served_model)
         ledger.set_section("capacity", rep.capacity)
+        ledger.set_section("budget", self.budget)
         ledger.set_section("preflight", {
             **rep.evidence, "warnings": rep.warnings, "limitations": rep.limitations,
             "other_live_dgds": self.other_live_dgds, "capacity": capacity,
@@ -556,8 +579,12 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
         # Only a DGD on this same cluster frees GPUs here when step 3 deletes it.
         retiring=(prev.namespace, prev.dgd_name) if prev and prev.kube_context == kube.context else None,
         other_live_gpus=live))
+    # Budgets last: a spent one is the line the step stops with, before step 3 retires anything.
+    spent = budget.assess(run.exp_root, run.workload.data.get("budgets"), report.gpus_requested)
+    for cls, message, fix in spent.blockers:
+        report.block(cls, message, fix)
     result = Preflight(report, run.settings.served_model or report.served_model, report.frontend_service,
-                       live_names, run.current or STEP)
+                       live_names, run.current or STEP, spent.as_dict())
     stop = result.blocked()
     if stop is not None:
         raise stop
