@@ -118,6 +118,9 @@ def next_action(ledger: Mapping[str, Any]) -> str:
         target = endpoint.get("target") or ledger.get("frontend_service") or "the frontend"
         return (f"hand off to perf-analyzer: {ledger.get('served_model') or 'the served model'} is answering on "
                 f"{target} in {ledger.get('namespace')} (context {ledger.get('kube_context')})")
+    if status == "blocked" and any(isinstance(b, Mapping) and b.get("class") == "budget" for b in blockers):
+        return ("the experiment's budget is spent: stop the experiment or ask the user for more budget (nothing "
+                "was retired or applied; the previous deployment is still live)")
     if status == "blocked" and blockers:
         return "fix the blocker, then rerun the same command (a rerun of this candidate resumes in place)"
     if status == "failed":
@@ -184,6 +187,7 @@ def summary_html(ledger: Mapping[str, Any], ledger_path: str | None = None, link
         ("GPUs requested", esc(ledger.get("gpus_requested")) if ledger.get("gpus_requested") is not None
          else muted("not known yet")),
     ]
+    pairs.append(("budget", _budget(ledger)))
     if ledger_path:
         pairs.append(("ledger", f"<code>{esc(ledger_path)}</code>"))
     left = kv_table(pairs)
@@ -215,6 +219,25 @@ def _box(label: str, css: str, items: list[str], when_empty: str = "") -> str:
         return f'<div class="dsr-box dsr-ok"><b class="dsr-label">{label}</b>none{when_empty}</div>'
     return (f'<div class="dsr-box {css}"><b class="dsr-label">{label} ({len(items)})</b>'
             f"<ul>{''.join(items)}</ul></div>")
+
+
+_BUDGETS = (("max_failed_deploys", "failed deploys", "{:g}"), ("gpu_hours", "GPU-hours", "{:.2f}"),
+            ("wall_clock_hours", "wall-clock hours", "{:.2f}"))
+
+
+def _budget(ledger: Mapping[str, Any]) -> str:
+    """Used of granted for each budget (step 2's ``budget`` section); a spent one in red."""
+    state = get_map(ledger, "budget")
+    if not state:
+        return muted("not judged: step2_validate did not run")
+    parts = []
+    for key, label, fmt in _BUDGETS:
+        usage = state.get(key) if isinstance(state.get(key), Mapping) else {}
+        used, limit = usage.get("used"), usage.get("limit")
+        text = f"{label} {fmt.format(used) if isinstance(used, int | float) else '?'} of " + (
+            fmt.format(limit) if isinstance(limit, int | float) else "unlimited")
+        parts.append(f'<b style="color:#cf222e">{esc(text)} (spent)</b>' if usage.get("spent") else esc(text))
+    return _DOT.join(parts) + " " + muted(f"at {state.get('at')}")
 
 
 def _torn_down(ledger: Mapping[str, Any]) -> str:
