@@ -101,8 +101,9 @@ def test_wall_clock_counts_from_the_session_start_in_manifest_yaml(tmp_path: Pat
         "manifest.yaml created_at"]
 
 
-@pytest.mark.parametrize(("text", "says"), [(None, "it has no session_started_at"),
-                                            ("session_started_at: soon\n", "its session_started_at is not a timestamp")])
+@pytest.mark.parametrize(("text", "says"), [
+    (None, "it has no session_started_at"),
+    ("session_started_at: soon\n", "its session_started_at is not a timestamp")])
 def test_a_wall_clock_grant_without_a_readable_session_start_blocks(tmp_path: Path, text: str | None,
                                                                     says: str) -> None:
     if text is not None:

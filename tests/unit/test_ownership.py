@@ -27,7 +27,7 @@ def fake() -> Iterator[tuple[FakeApi, Kube]]:
 
 
 def test_the_field_manager_is_stable_per_experiment_and_names_no_path() -> None:
-    assert MINE == ownership.field_manager("20260601T120000Z-demo")
+    assert ownership.field_manager("20260601T120000Z-demo") == MINE
     assert MINE.startswith("deploy-suite/") and len(MINE) == len("deploy-suite/") + 12
     assert ownership.field_manager("20260601T120000Z-other") != MINE
 
