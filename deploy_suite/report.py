@@ -232,7 +232,8 @@ def _budget(ledger: Mapping[str, Any]) -> str:
         return muted("not judged: step2_validate did not run")
     parts = []
     for key, label, fmt in _BUDGETS:
-        usage = state.get(key) if isinstance(state.get(key), Mapping) else {}
+        found = state.get(key)
+        usage: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         used, limit = usage.get("used"), usage.get("limit")
         text = f"{label} {fmt.format(used) if isinstance(used, int | float) else '?'} of " + (
             fmt.format(limit) if isinstance(limit, int | float) else "unlimited")
