@@ -4,10 +4,12 @@ Checks run in the order of ``README.md`` (step 2), pinned to the workload's cont
 :class:`Kube`: namespace, CRD gate, advisory storage-class and node reads, cluster-compatibility
 patches of the run-scoped copies, a server-side dry-run of every document, secrets (by name, metadata only),
 PVCs, storage classes, image tags, the workload's policy (``resources.pinned``,
-``resources.gpu_ceiling``) and GPU capacity. Every failed gate becomes a blocker; ``Forbidden``
-on an advisory cluster-scope read becomes a run limitation. Nothing here creates, updates or
-deletes a cluster object: the only writes are to the run-scoped copies under
-``applied_manifests/`` (compatibility patches ``README.md`` allows, recorded with their reason).
+``resources.gpu_ceiling``), GPU capacity, the ownership of the DGDs steps 3 and 5 would touch
+(``deploy_suite.ownership``) and, last, the experiment's budgets (``deploy_suite.budget``). Every
+failed gate becomes a blocker; ``Forbidden`` on an advisory cluster-scope read becomes a run
+limitation. Nothing here creates, updates or deletes a cluster object: the only writes are to the
+run-scoped copies under ``applied_manifests/`` (compatibility patches ``README.md`` allows,
+recorded with their reason).
 
 :func:`preflight` is step 2 as a whole: it gathers the run's inputs (baseline DGD, the
 experiment's other live GPUs, the ``--storage-class`` override, what step 3 will retire), runs
