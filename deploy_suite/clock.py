@@ -88,3 +88,18 @@ def wait_event(event: threading.Event, seconds: float) -> bool:
 def iso_now() -> str:
     """UTC timestamp as written into ledgers: second precision, trailing Z."""
     return now().replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def parse_iso(value: object) -> _dt.datetime | None:
+    """An ISO-8601 timestamp as written in ledgers and manifest.yaml (YAML may have made it a
+    datetime already); naive values are UTC; anything else (absent, unreadable) is None."""
+    if isinstance(value, _dt.datetime):
+        stamp = value
+    elif isinstance(value, str) and value.strip():
+        try:
+            stamp = _dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    else:
+        return None
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=_dt.UTC)

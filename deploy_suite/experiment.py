@@ -1,5 +1,6 @@
-"""What the experiment tree says beyond this iteration: manifest.yaml's cluster context, other live
-DGDs of the experiment (for ``resources.gpu_ceiling``) and the failed-deploy budget.
+"""What the experiment tree says beyond this iteration: manifest.yaml's cluster context and session
+start, the experiment's ledgers (other live DGDs for ``resources.gpu_ceiling``; what ``budget``
+sums: failed deploys and allocation intervals) and the experiment id.
 
 ``manifest.yaml`` key names are unspecified upstream; ours (documented in the README) are
 ``cluster_context`` and an append-only ``cluster_context_history`` of ``{from, to, changed_at,
@@ -8,6 +9,7 @@ changed_by}``. The update keeps every other key and is atomic.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,17 +20,37 @@ from deploy_suite.ledger import atomic_write_text
 
 MANIFEST_KEY = "cluster_context"
 HISTORY_KEY = "cluster_context_history"
+# The wall-clock budget's origin (contracts: "session start"); created_at is the older spelling.
+SESSION_START_KEYS = ("session_started_at", "created_at")
+
+
+def experiment_id(exp_root: Path) -> str:
+    """EXP_ID: the name of the EXP_ROOT directory (``runs/<EXP_ID>/``), never reused."""
+    return exp_root.resolve().name
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    loaded = yamlio.load_one(path, "<EXP_ROOT>/manifest.yaml",
+                             "fix the YAML of manifest.yaml (one mapping, written by user-interviewer)")
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def session_started_at(exp_root: Path) -> tuple[str | None, _dt.datetime | None]:
+    """The key of manifest.yaml holding the session start and its time (None, None without one)."""
+    data = _read_manifest(exp_root / "manifest.yaml")
+    for key in SESSION_START_KEYS:
+        if key in data:
+            return key, clock.parse_iso(data[key])
+    return None, None
 
 
 def update_manifest_context(exp_root: Path, context: str, changed_by: str = "recipe-deployer") -> dict[str, Any] | None:
     """Record the effective context in <EXP_ROOT>/manifest.yaml when it differs; returns the
     change made (None when nothing changed). Called before the first mutation of a run."""
     path = exp_root / "manifest.yaml"
-    data: dict[str, Any] = {}
-    if path.is_file():
-        loaded = yamlio.load_one(path, "<EXP_ROOT>/manifest.yaml",
-                                 "fix the YAML of manifest.yaml (one mapping, written by user-interviewer)")
-        data = loaded if isinstance(loaded, dict) else {}
+    data = _read_manifest(path)
     before = data.get(MANIFEST_KEY)
     if before == context:
         return None
@@ -49,6 +71,26 @@ class LedgerSummary:
     gpus_requested: int
     torn_down_at: str | None
     failed_attempts: int
+    allocated_at: str | None = None
+    # Runs of this directory that ended failed: the status now, and each earlier run a rerun kept
+    # in ``resumes`` (a rerun rewrites ``status``).
+    failed_runs: int = 0
+    # The ledger's ``allocations`` as written ({allocated_at, released_at}, deploy_suite/resume.py);
+    # empty for a ledger older than them (its one interval is allocated_at .. torn_down_at).
+    allocations: tuple[dict[str, Any], ...] = ()
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _summary(path: Path, data: dict[str, Any]) -> LedgerSummary:
+    resumes = [r for r in data.get("resumes") or [] if isinstance(r, dict)]
+    failed_runs = (data.get("status") == "failed") + sum(r.get("previous_status") == "failed" for r in resumes)
+    spans = tuple(dict(a) for a in data.get("allocations") or [] if isinstance(a, dict))
+    return LedgerSummary(path, path.parent.name, data.get("status"), data.get("dgd_name"),
+                         _int(data.get("gpus_requested")), data.get("torn_down_at"),
+                         len(data.get("failed_attempts") or []), data.get("allocated_at"), failed_runs, spans)
 
 
 def ledgers(exp_root: Path) -> list[LedgerSummary]:
@@ -58,9 +100,8 @@ def ledgers(exp_root: Path) -> list[LedgerSummary]:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        out.append(LedgerSummary(path, path.parent.name, data.get("status"), data.get("dgd_name"),
-                                 int(data.get("gpus_requested") or 0), data.get("torn_down_at"),
-                                 len(data.get("failed_attempts") or [])))
+        if isinstance(data, dict):
+            out.append(_summary(path, data))
     return out
 
 
@@ -78,6 +119,8 @@ def other_live_gpus(exp_root: Path, current_root: Path, retiring_root: Path | No
     return total, names
 
 
-def failed_attempts_so_far(exp_root: Path) -> int:
-    """Every failed_attempts entry of every ledger of the experiment counts against the budget."""
-    return sum(led.failed_attempts for led in ledgers(exp_root))
+def failed_deploys(led: LedgerSummary) -> int:
+    """What one ledger counts against ``budgets.max_failed_deploys``: its ``failed_attempts``
+    entries (run-artifacts.md), and at least one per run that ended ``failed`` (optimize-loop.md
+    counts ledgers marked failed); an attempt and the run it failed are one failure, not two."""
+    return max(led.failed_attempts, led.failed_runs)

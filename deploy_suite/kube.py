@@ -54,6 +54,8 @@ from deploy_suite.resources import Resource as Resource
 from deploy_suite.resources import resolve
 from deploy_suite.watch import Condition, Judge, WaitState, Watch
 
+# The default server-side-apply field manager (tools, the offline cluster); a run applies with its
+# experiment's manager instead (deploy_suite.ownership.field_manager), read back to tell its DGDs.
 FIELD_MANAGER = "deploy-suite"
 JSON = "application/json"
 # Metadata-only answers: the server strips data/stringData, so Secret values never leave it.
@@ -212,10 +214,12 @@ class Kube:
         request_timeout: float = 30.0,
         user_agent: str = "deploy-suite",
         transport: Transport | None = None,
+        field_manager: str = FIELD_MANAGER,
     ) -> None:
         if not context:
             raise InputError("kube_context", "empty context name", "name a context from your kubeconfig")
         self.context = context
+        self.field_manager = field_manager
         self.kubeconfig = str(kubeconfig) if kubeconfig else None
         self.on_command = on_command
         self.request_timeout = request_timeout
@@ -384,13 +388,13 @@ class Kube:
         body = json.loads(json.dumps(doc))
         if res.namespaced and ns:
             body.setdefault("metadata", {})["namespace"] = ns
-        args = ["apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "--force-conflicts"]
+        args = ["apply", "--server-side", f"--field-manager={self.field_manager}", "--force-conflicts"]
         if dry_run:
             args.append("--dry-run=server")
         if ns:
             args += ["-n", ns]
         args += ["-f", source] if source else [f"{res.kubectl_name}/{name}"]
-        query = {"fieldManager": FIELD_MANAGER, "force": "true", "dryRun": "All" if dry_run else None}
+        query = {"fieldManager": self.field_manager, "force": "true", "dryRun": "All" if dry_run else None}
         out: Obj = self._call("dry-run" if dry_run else "mutate", args, f"apply {kind}/{name}", lambda: self._request(
             "PATCH", res.path(ns, name), query=query, body=body, content_type="application/apply-patch+yaml"))
         return out

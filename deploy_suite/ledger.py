@@ -258,6 +258,7 @@ def new_document(
         "retired_previous": None,
         "preflight": None,
         "capacity": None,
+        "budget": None,
         "readiness": None,
         "smoke": None,
         "config_engagement": [],
@@ -286,7 +287,7 @@ def new_step(name: str) -> dict[str, Any]:
 
 # Sections a later step may set as a whole with Ledger.set_section.
 SECTIONS = (
-    "endpoint", "retired_previous", "preflight", "capacity", "readiness", "smoke",
+    "endpoint", "retired_previous", "preflight", "capacity", "budget", "readiness", "smoke",
     "gpus_requested", "allocated_at", "torn_down_at", "frontend_service", "served_model", "dgd_name",
     "applied_dgd", "allocations",
 )

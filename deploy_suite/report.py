@@ -119,6 +119,9 @@ def next_action(ledger: Mapping[str, Any]) -> str:
         target = endpoint.get("target") or ledger.get("frontend_service") or "the frontend"
         return (f"hand off to perf-analyzer: {ledger.get('served_model') or 'the served model'} is answering on "
                 f"{target} in {ledger.get('namespace')} (context {ledger.get('kube_context')})")
+    if status == "blocked" and any(isinstance(b, Mapping) and b.get("class") == "budget" for b in blockers):
+        return ("the experiment's budget is spent: stop the experiment or ask the user for more budget (nothing "
+                "was retired or applied; the previous deployment is still live)")
     if status == "blocked" and blockers:
         return "fix the blocker, then rerun the same command (a rerun of this candidate resumes in place)"
     if status == "failed":
@@ -186,6 +189,7 @@ def summary_html(ledger: Mapping[str, Any], ledger_path: str | None = None, link
          else muted("not known yet")),
     ]
     pairs.append(("GPU allocation", _allocation(ledger)))
+    pairs.append(("budget", _budget(ledger)))
     if ledger_path:
         pairs.append(("ledger", f"<code>{esc(ledger_path)}</code>"))
     left = kv_table(pairs)
@@ -229,6 +233,26 @@ def _allocation(ledger: Mapping[str, Any]) -> str:
     held = spans[-1].get("released_at") is None and not ledger.get("torn_down_at")
     return (f"{len(spans)} interval(s) from {esc(spans[0].get('allocated_at'))}, {hours:g} GPU-hours"
             + (f" {muted('(still held at ' + str(until) + ')')}" if held else _torn_down(ledger)))
+
+
+_BUDGETS = (("max_failed_deploys", "failed deploys", "{:g}"), ("gpu_hours", "GPU-hours", "{:.2f}"),
+            ("wall_clock_hours", "wall-clock hours", "{:.2f}"))
+
+
+def _budget(ledger: Mapping[str, Any]) -> str:
+    """Used of granted for each budget (step 2's ``budget`` section); a spent one in red."""
+    state = get_map(ledger, "budget")
+    if not state:
+        return muted("not judged: step2_validate did not run")
+    parts = []
+    for key, label, fmt in _BUDGETS:
+        found = state.get(key)
+        usage: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        used, limit = usage.get("used"), usage.get("limit")
+        text = f"{label} {fmt.format(used) if isinstance(used, int | float) else '?'} of " + (
+            fmt.format(limit) if isinstance(limit, int | float) else "unlimited")
+        parts.append(f'<b style="color:#cf222e">{esc(text)} (spent)</b>' if usage.get("spent") else esc(text))
+    return _DOT.join(parts) + " " + muted(f"at {state.get('at')}")
 
 
 def _torn_down(ledger: Mapping[str, Any]) -> str:

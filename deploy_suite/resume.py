@@ -96,23 +96,23 @@ def reopen(data: MutableMapping[str, Any]) -> str | None:
     return str(torn)
 
 
-def _at(iso: str) -> float:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-
-
-def gpu_hours(data: Mapping[str, Any], now: str | None = None) -> float:
+def gpu_hours(data: Mapping[str, Any], now: str | datetime | None = None) -> float:
     """GPUs requested x the sum of the allocation intervals; the last open one ends at
-    ``torn_down_at``, or ``now`` while the DGD still holds its GPUs."""
-    gpus = data.get("gpus_requested") or 0
+    ``torn_down_at``, or ``now`` while the DGD still holds its GPUs. The one GPU-hours computation:
+    the report's summary and step 2's ``budgets.gpu_hours`` (deploy_suite/budget.py) both call it.
+    An unreadable start counts nothing; an unreadable end counts until ``now``, the side that never
+    undercounts a live allocation."""
+    gpus = data.get("gpus_requested")
+    gpus = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else 0
     spans = intervals(data)
-    end_now = now or clock.iso_now()
+    end_now = (now if isinstance(now, datetime) else clock.parse_iso(now)) or clock.now()
     seconds = 0.0
     for index, span in enumerate(spans):
-        start, end = span.get("allocated_at"), span.get("released_at")
-        if not isinstance(start, str):
+        start = clock.parse_iso(span.get("allocated_at"))
+        if start is None:
             continue
-        if end is None:
-            torn = data.get("torn_down_at")
-            end = torn if index == len(spans) - 1 and torn else end_now
-        seconds += max(0.0, _at(str(end)) - _at(start))
-    return round(int(gpus) * seconds / 3600.0, 6)
+        end = span.get("released_at")
+        if end is None and index == len(spans) - 1:
+            end = data.get("torn_down_at")
+        seconds += max(0.0, ((clock.parse_iso(end) or end_now) - start).total_seconds())
+    return round(gpus * seconds / 3600.0, 6)

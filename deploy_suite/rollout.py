@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy_suite import clock, conditions, experiment, resume, triage, yamlio
+from deploy_suite import clock, conditions, experiment, ownership, resume, triage, yamlio
 from deploy_suite.constants import DGD_KIND, LABEL_COMPONENT, LABEL_DGD_NAME, LABEL_JOB_NAME, LABEL_SELECTOR
 from deploy_suite.dgd import Dgd, from_documents, load_dgd
 from deploy_suite.errors import Forbidden, KubeError, StepBlocked, StepFailure, WaitTimeout
@@ -77,7 +77,8 @@ def retire_previous(kube: Kube, namespace: str, dgd_name: str, timeout: float,
                     ) -> RetireResult:
     """Delete only the previous DGD, by exact name, then wait for it and its pods to be gone
     (``timeout`` bounds each wait). PVCs, Jobs, namespaces and secrets are kept. ``on_deleted``
-    hears of the deletion before the waits (the run saves it: a rerun must know it deleted)."""
+    hears of the deletion before the waits (the run saves it: a rerun must know it deleted). The
+    caller has decided the DGD is the previous iteration's and this experiment's (:func:`retire`)."""
     existed = kube.delete(DGD, dgd_name, namespace)
     result = RetireResult(dgd_name, namespace, kube.context, clock.iso_now(), existed)
     if on_deleted is not None:
@@ -97,7 +98,9 @@ def retire(run: RunState, kube: Kube) -> Retired:
     retire the previous iteration's DGD in its own context and write ``torn_down_at`` in its ledger
     once its pods are gone. Idempotent on a rerun: a DGD already gone is recorded, not deleted, and
     its ledger's ``torn_down_at`` left alone; a live DGD that is this iteration's own (its uid is
-    the one step 5 recorded) is kept; one that is neither blocks."""
+    the one step 5 recorded) is kept. A live DGD is deleted only when both guards agree: its uid is
+    the previous iteration's (``deploy_suite.resume``) and it carries the experiment's field manager
+    (``deploy_suite.ownership``); anything else blocks, untouched."""
     out = Retired(experiment.update_manifest_context(run.exp_root, kube.context))
     if out.context_change is not None:
         run.add_evidence(manifest_context_update=out.context_change)  # kept even if the retire fails
@@ -106,7 +109,8 @@ def retire(run: RunState, kube: Kube) -> Retired:
         return out
     out.ledger_file = run.rel(prev.ledger_path)
     owned = prev.kube_context != kube.context
-    prev_kube = Kube(prev.kube_context, run.settings.kubeconfig, on_command=run.record_command) if owned else kube
+    prev_kube = Kube(prev.kube_context, run.settings.kubeconfig, on_command=run.record_command,
+                     field_manager=kube.field_manager) if owned else kube
     try:
         out.retired = _retire_checked(run, prev_kube, prev, out.ledger_file)
     finally:
@@ -119,12 +123,8 @@ def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, ledger_
     timeout = run.settings.timeouts.retire_s
     live = kube.get_or_none(DGD, prev.dgd_name, prev.namespace)
     owner = resume.whose(live, resume.recorded_uid(run.ledger.data), prev.applied_uid)
-    if owner == "unknown":
-        uid = ((live or {}).get("metadata") or {}).get("uid")
-        raise StepBlocked("ownership", f"dgd/{prev.dgd_name} in {prev.namespace} has uid {uid}, neither iteration "
-                          f"{run.settings.iteration - 1}'s ({prev.applied_uid}, its ledger) nor this iteration's; "
-                          "it was not deleted", "if it is this experiment's to remove, delete it yourself and "
-                          "rerun; otherwise choose another DGD name")
+    _refuse_unless_ours(live, owner, ownership.judge(live, prev.dgd_name, prev.namespace, kube.field_manager),
+                        prev, run.settings.iteration - 1)
     if owner == "previous":
         def deleted(result: RetireResult) -> None:
             run.ledger.set_section("retired_previous", {**result.as_dict(), "ledger": ledger_file})
@@ -147,6 +147,26 @@ def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, ledger_
         result.torn_down_at = prev.torn_down_at
         result.note = "torn_down_at left as the retired ledger records it"
     return result
+
+
+def _refuse_unless_ours(live: Obj | None, owner: resume.Whose | None, found: ownership.Ownership,
+                       prev: PreviousDeployment, previous_iteration: int) -> None:
+    """Both guards of step 3, one message: the uid identity (README "Resume") and the field
+    manager (README "Ownership"). A live DGD is deleted only when it passes both; this iteration's
+    own is never deleted, so only the uid decides it is kept (step 5 re-checks its field manager)."""
+    reasons = []
+    if owner == "unknown":
+        uid = ((live or {}).get("metadata") or {}).get("uid")
+        reasons.append(f"it has uid {uid}, neither iteration {previous_iteration}'s ({prev.applied_uid}, its "
+                       "ledger) nor this iteration's")
+    if owner != "mine" and found.foreign:
+        managers = ", ".join(found.managers) or "none"
+        reasons.append(f"it was not created by this experiment (field managers: {managers})")
+    if reasons:
+        raise StepBlocked("ownership", f"DynamoGraphDeployment {prev.namespace}/{prev.dgd_name} is live and "
+                          f"{'; '.join(reasons)}; step 3 refuses to delete it",
+                          ownership.FIX if found.foreign else "if it is this experiment's to remove, delete it "
+                          "yourself and rerun; otherwise choose another DGD name")
 
 
 # ---------------------------------------------------------------------------- step 4
@@ -291,37 +311,33 @@ def support(run: RunState, kube: Kube) -> Support:
 # ---------------------------------------------------------------------------- step 5
 @dataclass
 class Applied:
-    """Step 5: the objects applied from deploy.yaml, the GPUs they request, how to clean up."""
+    """Step 5: the objects applied from deploy.yaml, the GPUs they request, how to clean up, and
+    whose the DGD was just before the apply (``absent`` or ``ours``)."""
 
     applied: list[str]
     gpus_requested: int
     cleanup_command: str
-    failed_attempts_so_far: int
+    owner_before: str = "absent"
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
         ledger.set_section("gpus_requested", self.gpus_requested)
         ledger.add_cleanup_command(self.cleanup_command)
-        return {"applied": self.applied, "gpus_requested": self.gpus_requested,
-                "failed_attempts_so_far": self.failed_attempts_so_far}
+        return {"applied": self.applied, "gpus_requested": self.gpus_requested, "dgd_before": self.owner_before}
 
 
 def apply(run: RunState, kube: Kube) -> Applied:
-    """Apply every document of applied_manifests/deploy.yaml (and nothing else), unless the
-    experiment's failed-deploy budget is spent."""
-    budget = run.workload.max_failed_deploys
-    spent = experiment.failed_attempts_so_far(run.exp_root)
-    if budget is not None and spent >= budget:
-        raise StepBlocked("budget", f"failed-deploy budget exhausted: {spent} failed attempts recorded, "
-                          f"budgets.max_failed_deploys is {budget:g}", "ask the user for more budget or stop the "
-                          "experiment")
+    """Apply every document of applied_manifests/deploy.yaml (and nothing else). The budgets were
+    judged in step 2; the DGD's ownership is read again right before the apply, so a same-named
+    DGD someone created since step 2 is still never applied over."""
     path = run.manifests["deploy"]
     docs = yamlio.load_all(path, str(path))
     dgd = from_documents(docs, str(path))
+    before = ownership.require_not_foreign(kube, run.namespace, dgd.name, "step 5 refuses to apply over it")
     applied = kube.apply_documents(docs, run.namespace, run.rel(path))
     _record_own_apply(run, kube, dgd, applied)
     return Applied([f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in applied], dgd.total_gpus(),
                    f"kubectl --context {kube.context} delete dynamographdeployment {dgd.name} -n {run.namespace}",
-                   spent)
+                   before.state)
 
 
 def _record_own_apply(run: RunState, kube: Kube, dgd: Dgd, applied: Sequence[Obj]) -> None:

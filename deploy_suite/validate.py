@@ -4,10 +4,12 @@ Checks run in the order of ``README.md`` (step 2), pinned to the workload's cont
 :class:`Kube`: namespace, CRD gate, advisory storage-class and node reads, cluster-compatibility
 patches of the run-scoped copies, a server-side dry-run of every document, secrets (by name, metadata only),
 PVCs, storage classes, image tags, the workload's policy (``resources.pinned``,
-``resources.gpu_ceiling``) and GPU capacity. Every failed gate becomes a blocker; ``Forbidden``
-on an advisory cluster-scope read becomes a run limitation. Nothing here creates, updates or
-deletes a cluster object: the only writes are to the run-scoped copies under
-``applied_manifests/`` (compatibility patches ``README.md`` allows, recorded with their reason).
+``resources.gpu_ceiling``), GPU capacity, the ownership of the DGDs steps 3 and 5 would touch
+(``deploy_suite.ownership``) and, last, the experiment's budgets (``deploy_suite.budget``). Every
+failed gate becomes a blocker; ``Forbidden`` on an advisory cluster-scope read becomes a run
+limitation. Nothing here creates, updates or deletes a cluster object: the only writes are to the
+run-scoped copies under ``applied_manifests/`` (compatibility patches ``README.md`` allows,
+recorded with their reason).
 
 :func:`preflight` is step 2 as a whole: it gathers the run's inputs (baseline DGD, the
 experiment's other live GPUs, the ``--storage-class`` override, what step 3 will retire), runs
@@ -22,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deploy_suite import budget, clock, experiment, knobs, ownership, placement, resume
 from deploy_suite import capacity as capacity_mod
-from deploy_suite import clock, experiment, knobs, placement, resume
 from deploy_suite.constants import (
     DGD_GROUP,
     DGD_KIND,
@@ -201,6 +203,7 @@ class Validator:
         self.check_pinned(dgd)
         self.check_ceiling(dgd)
         self.check_capacity(dgd)
+        self.check_ownership(dgd)
         return rep
 
     # ------------------------------------------------------------------ gates
@@ -447,6 +450,26 @@ class Validator:
                               f"other live DGDs hold {self.inp.other_live_gpus}: {total} > resources.gpu_ceiling "
                               f"{ceiling}", "reduce the candidate's GPU footprint or retire other DGDs first")
 
+    def check_ownership(self, dgd: Dgd) -> None:
+        """The candidate's DGD (step 5 applies over it) and the one step 3 retires: each absent or
+        this experiment's (``deploy_suite.ownership``); a foreign one is never changed or deleted."""
+        targets = {(self.inp.namespace, dgd.name): "step 5 would apply over it"}
+        if self.inp.retiring is not None:
+            targets.setdefault(self.inp.retiring, "step 3 would delete it as the previous iteration's")
+        seen = []
+        for (ns, name), what in targets.items():
+            try:
+                found = ownership.check(self.kube, ns, name)
+            except Forbidden:
+                self.report.block("ownership", f"DGD {ns}/{name}: get forbidden, so who created it is unknown",
+                                  "grant get on dynamographdeployments in the namespace")
+                continue
+            seen.append(found.as_dict())
+            if found.foreign:
+                stop = found.blocked(f"{what}: refused before any change")
+                self.report.block(stop.cls, stop.message, stop.fix)
+        self.ev["ownership"] = seen
+
     def check_capacity(self, dgd: Dgd) -> None:
         if self.nodes is None:
             self.report.capacity = {"capacity": "unknown", "reasons": ["node list forbidden"]}
@@ -507,6 +530,7 @@ class Preflight:
     frontend_service: str | None
     other_live_dgds: list[str]
     step: str = STEP
+    budget: dict[str, Any] | None = None  # budget.BudgetState.as_dict(): the ledger's budget section
 
     def record(self, ledger: Ledger) -> dict[str, Any]:
         """Patches, limitations and the step-2 sections; every blocker but the last, which stops the
@@ -521,6 +545,7 @@ class Preflight:
         ledger.set_section("frontend_service", self.frontend_service)
         ledger.set_section("served_model", self.served_model)
         ledger.set_section("capacity", rep.capacity)
+        ledger.set_section("budget", self.budget)
         ledger.set_section("preflight", {
             **rep.evidence, "warnings": rep.warnings, "limitations": rep.limitations,
             "other_live_dgds": self.other_live_dgds, "capacity": capacity,
@@ -571,8 +596,12 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
         # Only a DGD on this same cluster frees GPUs here when step 3 deletes it.
         retiring=(prev.namespace, prev.dgd_name) if prev and prev.kube_context == kube.context else None,
         own=own_live_dgd(run, kube), other_live_gpus=live))
+    # Budgets last: a spent one is the line the step stops with, before step 3 retires anything.
+    spent = budget.assess(run.exp_root, run.workload.data.get("budgets"), report.gpus_requested)
+    for cls, message, fix in spent.blockers:
+        report.block(cls, message, fix)
     result = Preflight(report, run.settings.served_model or report.served_model, report.frontend_service,
-                       live_names, run.current or STEP)
+                       live_names, run.current or STEP, spent.as_dict())
     stop = result.blocked()
     if stop is not None:
         raise stop

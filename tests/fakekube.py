@@ -251,9 +251,11 @@ class FakeApi:
                  and _matches(o, query.get("labelSelector"), query.get("fieldSelector"))]
         return {"kind": "List", "metadata": {"resourceVersion": str(self.version)}, "items": items}
 
-    def _patch(self, where: _Path, _query: dict[str, Any], body: Any) -> Obj:
+    def _patch(self, where: _Path, query: dict[str, Any], body: Any) -> Obj:
         bucket = self._bucket(where)
         current = bucket.get((where.namespace or "", where.name or ""))
+        if query.get("dryRun") == "All":  # answered as if applied, never stored
+            return {**copy.deepcopy(current or {}), **copy.deepcopy(body)}
         if where.sub == "status":
             if current is None:
                 raise status(404, "NotFound", f'{where.plural} "{where.name}" not found')
@@ -265,6 +267,11 @@ class FakeApi:
             merged["metadata"] = {**current["metadata"], **merged.get("metadata", {})}
             merged["metadata"].pop("resourceVersion", None)
             merged.setdefault("status", current.get("status"))
+        manager = query.get("fieldManager")
+        if manager:  # server-side apply records its manager, as the apiserver does (managedFields)
+            fields = merged["metadata"].setdefault("managedFields", [])
+            if not any(f.get("manager") == manager and f.get("operation") == "Apply" for f in fields):
+                fields.append({"manager": manager, "operation": "Apply", "apiVersion": body.get("apiVersion")})
         return self._store(where, merged)
 
     def _post(self, where: _Path, _query: dict[str, Any], body: Any) -> Obj:
@@ -382,9 +389,12 @@ def job(name: str, namespace: str, *conditions: str) -> Obj:
 
 
 def dgd(name: str, namespace: str, state: str = "pending", ready: bool = False, generation: int = 1,
-        observed: int | None = 1, message: str = "") -> Obj:
+        observed: int | None = 1, message: str = "", manager: str | None = "deploy-suite") -> Obj:
+    """A DGD; ``manager`` is the field manager that applied it (the fake Kube's default: ours),
+    None for one without managedFields."""
+    fields = [{"manager": manager, "operation": "Apply", "apiVersion": "nvidia.com/v1alpha1"}] if manager else []
     return {"apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoGraphDeployment",
-            "metadata": {"name": name, "namespace": namespace, "generation": generation},
+            "metadata": {"name": name, "namespace": namespace, "generation": generation, "managedFields": fields},
             "status": {"state": state, "observedGeneration": observed, "conditions": [
                 {"type": "Ready", "status": "True" if ready else "False",
                  "reason": "AllReady" if ready else "NotReady", "message": message}]}}

@@ -154,3 +154,27 @@ def test_recording_a_blocked_preflight_writes_the_step2_sections_as_the_plugin_d
     assert {b["step"] for b in data["blockers"]} == {"step2_validate"}
     assert run.evidence == {"capacity": "insufficient", "blockers": 3, "patches": 1, "warnings": ["fragmented"]}
     assert run.result(Preflight) is result
+
+
+def test_a_spent_budget_blocks_step2_last_and_the_budget_section_is_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = fake_run(tmp_path)
+    write_ledger(run.exp_root / "artifacts" / "deploy-iter-004", "failed", "bad", 8)
+    run.workload.data["budgets"] = {"max_failed_deploys": 1, "gpu_hours": None, "wall_clock_hours": None}
+    gates_returning(monkeypatch, ValidationReport(gpus_requested=8,
+                                                  blockers=[Finding("secret", "secret hf missing", "create it")]))
+    with pytest.raises(StepBlocked) as caught:
+        validate.preflight(run, SimpleNamespace(context=CONTEXT))  # type: ignore[arg-type]
+    error = caught.value
+    assert error.cls == "budget" and error.message.startswith(
+        "failed-deploy budget spent: 1 failed deploy(s) recorded in the experiment's ledgers (deploy-iter-004: 1)")
+    assert error.message.endswith("(and 1 more blocker(s) in the ledger)")
+    result = error.result
+    assert isinstance(result, Preflight) and result.budget is not None
+    assert result.budget["max_failed_deploys"]["spent"] and result.budget["blocked"] == ["budget"]
+
+    state = RunState.create(settings(tmp_path))
+    state.begin_step("step2_validate")
+    state.record(result)
+    assert state.ledger.data["budget"] == result.budget
+    assert state.ledger.data["preflight"]["blockers"] == ["secret", "budget"]

@@ -160,6 +160,21 @@ def test_summary_shows_blockers_with_fix_and_failed_attempts(blocked: dict[str, 
     assert ">not_run<" in top and ">blocked<" in top
 
 
+def test_summary_shows_the_budget_state_and_a_spent_budget_stops_the_loop(ready: dict[str, Any]) -> None:
+    top = report.summary_html(ready)
+    assert "failed deploys 0 of 3 \u00b7 GPU-hours 0.50 of 8.00 \u00b7 wall-clock hours 0.08 of unlimited" in top
+    spent = copy.deepcopy(ready)
+    spent["budget"]["max_failed_deploys"].update(used=3, remaining=0, spent=True)
+    spent["status"] = "blocked"
+    spent["blockers"] = [{"step": "step2_validate", "class": "budget", "message": "failed-deploy budget spent",
+                          "fix": "ask the user"}]
+    top = report.summary_html(spent)
+    assert '<b style="color:#cf222e">failed deploys 3 of 3 (spent)</b>' in top
+    assert "budget is spent: stop the experiment" in top and "fix the blocker" not in top
+    del spent["budget"]
+    assert "not judged: step2_validate did not run" in report.summary_html(spent)
+
+
 def test_step_evidence_is_readable_key_values(ready: dict[str, Any]) -> None:
     page = report.render(ready)
     section = page[page.index("<h2>Step evidence</h2>"):page.index("<h2>Capacity</h2>")]

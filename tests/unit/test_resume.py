@@ -34,6 +34,12 @@ def live(uid: str) -> dict[str, Any]:
     return {"metadata": {"name": "demo", "uid": uid}}
 
 
+def with_uid(obj: dict[str, Any], uid: str) -> dict[str, Any]:
+    """``obj`` (managedFields and all) with the uid the apiserver gave it."""
+    obj["metadata"]["uid"] = uid
+    return obj
+
+
 # ------------------------------------------------------------------ whose is the live DGD
 
 
@@ -152,13 +158,36 @@ def test_a_live_dgd_that_is_neither_iterations_blocks_and_is_not_deleted(fake, t
     assert prev_ledger(previous)["torn_down_at"] is None
 
 
+@pytest.mark.parametrize(("uid", "manager", "says"), [
+    # The previous iteration's uid, but someone else's field manager now alone on it: not ours to delete.
+    ("uid-iter-0", "someone-else", ["it was not created by this experiment (field managers: someone-else)"]),
+    # The experiment's field manager, but neither iteration's uid (re-created under the name): kept too.
+    ("uid-other", "ours", ["it has uid uid-other, neither iteration 0's (uid-iter-0, its ledger) nor this "
+                           "iteration's"]),
+    ("uid-other", None, ["it has uid uid-other, neither iteration 0's (uid-iter-0, its ledger) nor this "
+                         "iteration's", "it was not created by this experiment (field managers: none)"]),
+])
+def test_step_3_deletes_only_when_the_uid_and_the_field_manager_both_say_ours(
+        fake, tmp_path: Path, uid: str, manager: str | None, says: list[str]) -> None:
+    api, kube, _ = fake
+    previous = previous_iteration(tmp_path, uid="uid-iter-0")
+    run = make_run(tmp_path, iteration=1, previous=previous)
+    api.put(DGD, with_uid(fakekube.dgd("demo", NS, manager=kube.field_manager if manager == "ours" else manager), uid))
+    with pytest.raises(StepBlocked) as caught:
+        rollout.retire(run, kube)
+    assert caught.value.cls == "ownership"
+    assert caught.value.message == f"DynamoGraphDeployment {NS}/demo is live and {'; '.join(says)}; step 3 refuses " \
+                                   "to delete it"
+    assert api.of("DELETE") == [] and prev_ledger(previous)["torn_down_at"] is None
+
+
 def test_the_previous_dgd_by_its_recorded_uid_is_deleted_and_the_deletion_saved_before_the_waits(
         fake, tmp_path: Path) -> None:
     api, kube, _ = fake
     previous = previous_iteration(tmp_path, uid="uid-iter-0")
     run = make_run(tmp_path, iteration=1, previous=previous)
     run.ledger.path = run.deploy_root / ledger.LEDGER_NAME
-    api.put(DGD, {**fakekube.dgd("demo", NS), "metadata": {"name": "demo", "namespace": NS, "uid": "uid-iter-0"}})
+    api.put(DGD, with_uid(fakekube.dgd("demo", NS, manager=kube.field_manager), "uid-iter-0"))
     saved: list[dict[str, Any]] = []
     original = rollout._wait_gone
 

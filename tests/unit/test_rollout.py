@@ -60,7 +60,7 @@ def fake() -> Iterator[tuple[FakeApi, Kube, list]]:
 
 
 def make_run(tmp_path: Path, *, iteration: int = 0, previous: Any = None, support: dict[str, str] | None = None,
-             keep_on_failure: bool = False, max_failed: float | None = None, step: str = "step3_retire_previous",
+             keep_on_failure: bool = False, step: str = "step3_retire_previous",
              **timeouts: float) -> RunState:
     """A real RunState whose step 1 result is a stand-in with what steps 3-6 read."""
     deploy_root = tmp_path / "artifacts" / f"deploy-iter-{iteration:03d}"
@@ -76,7 +76,7 @@ def make_run(tmp_path: Path, *, iteration: int = 0, previous: Any = None, suppor
                         provenance="user-interviewer", keep_on_failure=keep_on_failure,
                         timeouts=Timeouts(**timeouts))
     run = RunState.create(settings)
-    workload = SimpleNamespace(namespace=NS, kube_context="fake-ctx", max_failed_deploys=max_failed)
+    workload = SimpleNamespace(namespace=NS, kube_context="fake-ctx", max_failed_deploys=None)
     run.prepared = SimpleNamespace(exp_root=tmp_path, deploy_root=deploy_root, workload=workload, dgd_name="demo",
                                    previous=previous, manifest_paths=lambda: manifests)  # type: ignore[assignment]
     run.begin_step(step)
@@ -131,7 +131,8 @@ def test_retire_deletes_only_the_previous_dgd_and_waits_for_it_and_its_pods(fake
     assert result is not None and result.existed and result.pods_gone_at
     assert [r.method for r in api.requests if r.method != "WATCH"] == ["GET", "DELETE", "GET", "GET"]
     assert api.of("DELETE")[0].path == f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/demo"
-    assert [r.command.split(" --context fake-ctx ")[1] for r in records][1:] == [
+    assert [r.command.split(" --context fake-ctx ")[1] for r in records] == [
+        f"get dynamographdeployments.nvidia.com demo -n {NS} -o json",  # whose it is, before the delete
         f"delete dynamographdeployments.nvidia.com demo -n {NS} --wait=false --cascade=background",
         f"get dynamographdeployments.nvidia.com demo -n {NS} --watch",
         f"get pods -n {NS} -l nvidia.com/dynamo-graph-deployment-name=demo --watch"]
@@ -156,8 +157,8 @@ def test_retire_uses_the_previous_iterations_own_context(fake, tmp_path: Path, m
     other.put(DGD, fakekube.dgd("demo", NS))
     made: list[Kube] = []
 
-    def previous_kube(context: str, kubeconfig: Any, on_command: Any) -> Kube:
-        made.append(Kube(context, kubeconfig, on_command=on_command, transport=other))
+    def previous_kube(context: str, kubeconfig: Any, on_command: Any, field_manager: str) -> Kube:
+        made.append(Kube(context, kubeconfig, on_command=on_command, transport=other, field_manager=field_manager))
         return made[-1]
 
     monkeypatch.setattr(rollout, "Kube", previous_kube)
@@ -282,25 +283,44 @@ def test_apply_applies_deploy_yaml_and_records_gpus_and_cleanup(fake, tmp_path: 
     applied = run.record(rollout.apply(run, kube))
     assert applied.applied == ["DynamoGraphDeployment/demo"] and applied.gpus_requested == 1
     assert api.of("PATCH")[0].path == f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/demo"
-    assert records[0].command.endswith("-n demo -f artifacts/deploy-iter-000/applied_manifests/deploy.yaml")
+    assert records[0].command.endswith(f"get dynamographdeployments.nvidia.com demo -n {NS} -o json")
+    assert records[1].command.endswith("-n demo -f artifacts/deploy-iter-000/applied_manifests/deploy.yaml")
     data = run.ledger.data
     assert data["gpus_requested"] == 1
     assert data["cleanup_commands"] == [f"kubectl --context fake-ctx delete dynamographdeployment demo -n {NS}"]
-    assert run.evidence == {"applied": ["DynamoGraphDeployment/demo"], "gpus_requested": 1,
-                            "failed_attempts_so_far": 0}
+    assert run.evidence == {"applied": ["DynamoGraphDeployment/demo"], "gpus_requested": 1, "dgd_before": "absent"}
+    # Applied with the experiment's field manager: what ownership reads back (managedFields).
+    assert api.of("PATCH")[0].query["fieldManager"] == kube.field_manager
 
 
-def test_a_spent_failed_deploy_budget_blocks_the_apply(fake, tmp_path: Path) -> None:
+def test_the_apply_never_changes_a_same_named_dgd_of_someone_else(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
-    old = tmp_path / "artifacts" / "deploy-iter-000"
-    old.mkdir(parents=True)
-    (old / ledger.LEDGER_NAME).write_text(json.dumps({"failed_attempts": [{}, {}]}))
-    run = make_run(tmp_path, iteration=1, step="step5_apply", max_failed=2)
+    api.put(DGD, fakekube.dgd("demo", NS, manager="someone-else"))
+    run = make_run(tmp_path, step="step5_apply")
     error, _ = fail_with_result(lambda: rollout.apply(run, kube))
-    assert (error.cls, error.fix) == ("budget", "ask the user for more budget or stop the experiment")
-    assert error.message == ("failed-deploy budget exhausted: 2 failed attempts recorded, "
-                             "budgets.max_failed_deploys is 2")
-    assert api.requests == []
+    assert error.cls == "ownership"
+    assert error.message == (f"DynamoGraphDeployment {NS}/demo exists and was not created by this experiment "
+                             "(field managers: someone-else); step 5 refuses to apply over it")
+    assert [r.method for r in api.requests] == ["GET"]  # read, never written
+
+
+def test_the_apply_goes_over_this_experiments_own_dgd(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.put(DGD, fakekube.dgd("demo", NS, manager=kube.field_manager))
+    applied = rollout.apply(make_run(tmp_path, step="step5_apply"), kube)
+    assert applied.owner_before == "ours" and len(api.of("PATCH")) == 1
+
+
+def test_retire_never_deletes_a_same_named_dgd_of_someone_else(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    previous = previous_iteration(tmp_path)
+    api.put(DGD, fakekube.dgd("demo", NS, manager=None))
+    run = make_run(tmp_path, iteration=1, previous=previous)
+    with pytest.raises(StepBlocked, match="step 3 refuses to delete it") as caught:
+        rollout.retire(run, kube)
+    assert caught.value.cls == "ownership" and "field managers: none" in caught.value.message
+    assert not api.of("DELETE") and api.objects[(f"/apis/{DGD.group}/{DGD.version}", DGD.plural)][(NS, "demo")]
+    assert json.loads(previous.ledger_path.read_text())["torn_down_at"] is None
 
 
 # ------------------------------------------------------------------ step 6
