@@ -189,8 +189,13 @@ class Dgd:
     def total_gpus(self) -> int:
         return sum(c.total_gpus for c in self.components)
 
-    def pod_demands(self, namespace: str | None = None) -> list[PodDemand]:
-        """Every pod: component x replica x node (multinode), in creation order."""
+    def pod_count(self) -> int:
+        """Pods the operator will create (component x replica x node), without expanding them."""
+        return sum(c.replicas * c.node_count for c in self.components)
+
+    def pod_demands(self, namespace: str | None = None, *, first_only: bool = False) -> list[PodDemand]:
+        """Every pod: component x replica x node (multinode), in creation order. ``first_only``
+        gives one pod per component (its constraints, without the expansion)."""
         ns = namespace or self.namespace
         out = []
         for c in self.components:
@@ -202,23 +207,11 @@ class Dgd:
                 labels[constants.LABEL_SUB_COMPONENT_TYPE] = c.sub_component_type
             if ns:
                 labels[constants.LABEL_DYNAMO_NAMESPACE] = f"{ns}-{self.name}"
-            for replica in range(c.replicas):
-                for rank in range(c.node_count):
+            for replica in range(min(c.replicas, 1) if first_only else c.replicas):
+                for rank in range(min(c.node_count, 1) if first_only else c.node_count):
                     name = f"{c.name}-{replica}" + (f"-{rank}" if c.multinode else "")
-                    out.append(
-                        PodDemand(
-                            name,
-                            c.name,
-                            c.type,
-                            replica,
-                            rank,
-                            c.gpus_per_pod,
-                            c.gpu_resource,
-                            c.scheduling,
-                            labels,
-                            ns,
-                        )
-                    )
+                    out.append(PodDemand(name, c.name, c.type, replica, rank, c.gpus_per_pod, c.gpu_resource,
+                                         c.scheduling, labels, ns))
         return out
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy_suite import capacity as capacity_mod
-from deploy_suite import clock, experiment, knobs, placement
+from deploy_suite import clock, experiment, knobs, placement, sku
 from deploy_suite.constants import (
     DGD_GROUP,
     DGD_KIND,
@@ -200,6 +200,7 @@ class Validator:
         self.check_pinned(dgd)
         self.check_ceiling(dgd)
         self.check_capacity(dgd)
+        self.check_sku(dgd)
         return rep
 
     # ------------------------------------------------------------------ gates
@@ -447,6 +448,9 @@ class Validator:
                               f"{ceiling}", "reduce the candidate's GPU footprint or retire other DGDs first")
 
     def check_capacity(self, dgd: Dgd) -> None:
+        if dgd.total_gpus() == 0 and not dgd.unrepresentable:  # a CPU-only DGD (mocker): nothing to place
+            self.report.capacity = capacity_mod.check_capacity(dgd, [], []).to_dict()
+            return
         if self.nodes is None:
             self.report.capacity = {"capacity": "unknown", "reasons": ["node list forbidden"]}
             return
@@ -470,6 +474,17 @@ class Validator:
                               "free GPUs on eligible nodes, or change the candidate's placement constraints")
         elif result.outcome == "unknown":
             self.report.limitations.append("GPU capacity unknown: " + "; ".join(result.reasons[:3]))
+
+
+    def check_sku(self, dgd: Dgd) -> None:
+        """The nodes that can take the GPU pods against ``hardware[].gpu_type`` (``deploy_suite.sku``)."""
+        if self.nodes is None:
+            return  # the node list is forbidden: recorded as a limitation by advisory_reads
+        result = sku.check_sku(dgd, self.nodes, sku.expected_types(self.inp.workload), self.inp.namespace)
+        self.ev["gpu_sku"] = result.to_dict()
+        self.report.warnings.extend(result.warnings)
+        for message in result.blockers:
+            self.report.block("gpu-sku", message, sku.SKU_FIX)
 
 
 def _component_pod_spec(doc: Obj, name: str) -> dict[str, Any] | None:
