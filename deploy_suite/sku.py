@@ -99,9 +99,8 @@ def check_sku(dgd: Dgd, nodes: Sequence[Mapping[str, Any]], gpu_types: Sequence[
         if split["unlabelled"]:
             warnings.append(f"{who} may land on node(s) without a {GPU_PRODUCT_LABEL} label, whose GPU type "
                             f"cannot be checked against {wanted}: {_named(split['unlabelled'], products)}")
-        if not split["matching"] and split["other"]:
-            if split["unlabelled"]:
-                continue  # the unlabelled nodes may be of the right type: warned above
+        # With unlabelled nodes in reach the right type may be there: a warning, never a blocker.
+        if not split["matching"] and split["other"] and not split["unlabelled"]:
             blockers.append(f"{who} can only land on GPUs other than hardware[].gpu_type {wanted}: "
                             f"{_named(split['other'], products)}")
         elif split["other"]:
