@@ -59,7 +59,7 @@ def _named(names: Sequence[str], products: Mapping[str, str]) -> str:
 
 @dataclass(frozen=True)
 class SkuResult:
-    outcome: str  # "matches" | "other types possible" | "mismatch" | "unverified" | "not needed"
+    outcome: str  # matches | other types possible | mismatch | unverified | not needed | not checked
     expected: tuple[str, ...]
     components: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # matching/other/unlabelled
     blockers: list[str] = field(default_factory=list)
@@ -77,6 +77,8 @@ def check_sku(dgd: Dgd, nodes: Sequence[Mapping[str, Any]], gpu_types: Sequence[
     firsts = [d for d in dgd.pod_demands(namespace, first_only=True) if d.gpus > 0]
     if not firsts:
         return SkuResult("not needed", expected)
+    if not expected:
+        return SkuResult("not checked", expected)  # user_workload.yaml requires hardware; a library caller may not
     pb = Problem(firsts, nodes, [], namespace)  # static eligibility only: what holds GPUs now is capacity's job
     products = {n.name: n.labels.get(GPU_PRODUCT_LABEL, "") for n in pb.nodes}
     wanted = " or ".join(expected)

@@ -110,8 +110,9 @@ def test_many_nodes_of_another_type_are_counted_not_listed() -> None:
     assert "h100-04" in blocker and "h100-05" not in blocker and "and 35 more" in blocker
 
 
-def test_a_dgd_without_gpus_needs_no_sku() -> None:
+def test_a_dgd_without_gpus_needs_no_sku_and_no_expected_type_checks_nothing() -> None:
     assert sku.check_sku(load_dgd(MOCKER), DEFAULT_POOL, ["H200"]).outcome == "not needed"
+    assert sku.check_sku(dgd(pod_spec=ON_H100), DEFAULT_POOL, []).outcome == "not checked"
 
 
 # ------------------------------------------------------------------ through the validator
