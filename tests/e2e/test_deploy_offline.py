@@ -583,3 +583,17 @@ def test_a_dgd_on_h100_nodes_while_the_workload_says_h200_is_blocked_by_step2(ta
     assert led["preflight"]["gpu_sku"]["outcome"] == "mismatch"
     assert not [c for c in led["commands"] if c["kind"] == "mutate"]
     assert target.dgd("e2e-h100") is None and led["failed_attempts"] == []
+
+
+def test_a_billion_replicas_are_insufficient_at_once_with_a_short_explanation(target: Target) -> None:
+    huge = target.tmp / "dgd-huge.yaml"
+    text = (DATA / "dgd-beta-agg.yaml").read_text()
+    huge.write_text(text.replace("  - name: VllmDecodeWorker\n    type: worker\n    replicas: 1\n",
+                                 "  - name: VllmDecodeWorker\n    type: worker\n    replicas: 1000000000\n"))
+    run = target.run(target.experiment(huge, support={}, gpu_ceiling=2_000_000_000))
+    led = assert_failed_at(run, "step2_validate", status="blocked")
+    assert step(led, "step2_validate")["duration_s"] < 10
+    assert led["gpus_requested"] == 1_000_000_000 and led["capacity"]["capacity"] == "insufficient"
+    (blocker,) = led["blockers"]
+    assert blocker["class"] == "gpu-capacity" and len(blocker["message"]) < 600, blocker
+    assert "need 1000000000 nvidia.com/gpu in total" in blocker["message"]
