@@ -34,12 +34,18 @@ from deploy_suite.dgd import Dgd, PodDemand
 from deploy_suite.errors import SearchBudgetExhausted
 from deploy_suite.placement import Key, Problem, State
 
-Outcome = Literal["sufficient", "insufficient", "unknown"]
+# "not needed": the DGD requests no GPU (NVIDIA's CPU-only mocker DGDs), nothing to place.
+Outcome = Literal["sufficient", "insufficient", "unknown", "not needed"]
 # Search steps (DFS nodes) before the exact answer gives up with "unknown".
 DEFAULT_BUDGET = 200_000
 # Failed states remembered by the search; bounded so a hard instance cannot eat the memory.
 MEMO_LIMIT = 200_000
 EXAMPLES = 5  # node names quoted per explanation line
+# Pods expanded one by one at most: above it (``replicas: 1000000000``) only GPU totals are compared,
+# so step 2 answers at once instead of building a billion demands (issue 13).
+EXPANSION_LIMIT = 10_000
+NAMES_LISTED = 20  # unplaced pod names kept in the result; the rest are counted
+NO_GPU = "no GPU requested"
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,14 +113,30 @@ class CapacityResult:
 @dataclass
 class _Simulation:
     placement: dict[int, int]
-    unplaced: list[tuple[int, str]]  # (demand, explanation)
+    unplaced: list[tuple[int, str]]  # (demand, explanation); "" for a later pod of an explained group
+    repeats: Counter[int] = field(default_factory=Counter)  # group -> unplaced pods after the explained one
+
+    def explanations(self, pb: Problem) -> list[str]:
+        """One explanation per group that did not fit, and one summary line for the rest of it."""
+        lines = [why for _, why in self.unplaced if why]
+        for gi, n in self.repeats.items():
+            comps = sorted({pb.demands[d].component for d in pb.groups[gi].demands})
+            lines.append(f"and {n} more pod(s) of component(s) {', '.join(comps)} fit on no node either "
+                         "(same constraints)")
+        return lines
+
+    def unplaced_names(self, pb: Problem) -> list[str]:
+        names = [pb.demands[d].name for d, _ in self.unplaced[:NAMES_LISTED]]
+        more = len(self.unplaced) - NAMES_LISTED
+        return names + ([f"... and {more} more"] if more > 0 else [])
 
 
 def _simulate(pb: Problem) -> _Simulation:
     """kube-scheduler default, approximated: creation order, filters, LeastAllocated on GPUs, ties by name."""
     st = State(pb)
     placement: dict[int, int] = {}
-    unplaced: list[tuple[int, str]] = []
+    sim = _Simulation(placement, [])
+    unplaced = sim.unplaced
     explained: set[int] = set()
     for d in range(len(pb.demands)):
         gi = pb.group_of[d]
@@ -128,14 +150,15 @@ def _simulate(pb: Problem) -> _Simulation:
         if best is None:
             # The full node-by-node explanation once per group keeps a big failure cheap and readable.
             if gi in explained:
-                unplaced.append((d, f"pod {pb.demands[d].name} fits on no node either (same constraints)"))
+                unplaced.append((d, ""))
+                sim.repeats[gi] += 1
             else:
                 explained.add(gi)
                 unplaced.append((d, _why_unplaced(pb, st, d)))
             continue
         st.place(best[1], gi)
         placement[d] = best[1]
-    return _Simulation(placement, unplaced)
+    return sim
 
 
 @dataclass
@@ -276,6 +299,10 @@ def check_capacity(
     """
     unrepresentable: list[str] = []
     if isinstance(dgd, Dgd):
+        if dgd.total_gpus() == 0 and not dgd.unrepresentable:
+            return _unplaced_result("not needed", [NO_GPU], 0, Problem([], nodes, pods, namespace))
+        if dgd.pod_count() > EXPANSION_LIMIT:
+            return _totals_only(dgd, nodes, pods, namespace)
         demands = dgd.pod_demands(namespace)
         unrepresentable = list(dgd.unrepresentable)
     else:
@@ -301,11 +328,11 @@ def check_capacity(
                 "a packing exists but the default scheduler (pods in creation order, least-allocated "
                 "spreading) would likely leave pods pending because free GPUs are fragmented:"
             )
-            warnings.extend(why for _, why in sim.unplaced)
+            warnings.extend(sim.explanations(pb))
     elif search.status == "infeasible" and not pb.inter_plan_affinity:
         outcome = "insufficient"
         reasons.extend(_gpu_summary(pb))
-        reasons.extend(why for _, why in sim.unplaced)
+        reasons.extend(sim.explanations(pb))
     else:
         outcome = "unknown"
         if search.status == "budget exhausted":
@@ -318,7 +345,7 @@ def check_capacity(
                 "required pod affinity between planned pods depends on creation order, which the search "
                 "does not control; no placement was found in the orders tried:"
             )
-        reasons.extend(why for _, why in sim.unplaced)
+        reasons.extend(sim.explanations(pb))
     if unrepresentable:
         head = [f"the DGD cannot be expanded faithfully: {why}" for why in unrepresentable]
         if outcome != "unknown":
@@ -336,11 +363,48 @@ def check_capacity(
         simulation_ok=sim_ok,
         placement={pb.demands[d].name: pb.nodes[i].name for d, i in witness.items()} if witness is not None else None,
         simulation_placement={pb.demands[d].name: pb.nodes[i].name for d, i in sim.placement.items()},
-        simulation_unplaced=[pb.demands[d].name for d, _ in sim.unplaced],
+        simulation_unplaced=sim.unplaced_names(pb),
         search_steps=search.steps,
         limitations=limitations,
         _rows=_rows(pb, witness if witness is not None else sim.placement),
     )
+
+
+def _unplaced_result(outcome: Outcome, reasons: list[str], gpus: int, pb: Problem) -> CapacityResult:
+    """A result without a placement: nothing to place, or a DGD too large to expand."""
+    return CapacityResult(outcome=outcome, reasons=reasons, warnings=[], gpus_requested=gpus, exact="not run",
+                          simulation_ok=outcome == "not needed", placement=None, simulation_placement={},
+                          simulation_unplaced=[], search_steps=0,
+                          limitations=[*pb.limitations, "CPU, memory and other resources are not checked (GPUs only)"],
+                          _rows=_rows(pb, {}))
+
+
+def _totals_only(dgd: Dgd, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
+                 namespace: str | None) -> CapacityResult:
+    """More pods than :data:`EXPANSION_LIMIT`: each component's GPU total against the free GPUs on
+    the nodes it may use (one pod per component carries its constraints). A shortfall is
+    ``insufficient`` whatever the placement; otherwise the answer is ``unknown``, never a guess."""
+    firsts = dgd.pod_demands(namespace, first_only=True)
+    pb = Problem(firsts, nodes, pods, namespace)
+    st = State(pb)
+    need: Counter[int] = Counter()
+    comps: dict[int, list[str]] = {}
+    for i, demand in enumerate(firsts):
+        sig = pb.groups[pb.group_of[i]].sig
+        need[sig] += dgd.component(demand.component).total_gpus
+        comps.setdefault(sig, []).append(demand.component)
+    reasons = [f"the DGD has {dgd.pod_count()} pods, more than the {EXPANSION_LIMIT} the placement check expands "
+               "one by one: GPU totals compared instead"]
+    short = False
+    for sig, n in sorted(need.items()):
+        if not n:
+            continue
+        free = st.sig_nodes_free[sig]
+        short = short or n > free
+        eligible = sum(1 for i in range(len(pb.nodes)) if pb.mask[i] >> sig & 1)
+        reasons.append(f"component(s) {', '.join(comps[sig])} need {n} {pb.resources[pb.sig_keys[sig][1]]} in "
+                       f"total; {free} free on the {eligible} node(s) they may use")
+    return _unplaced_result("insufficient" if short else "unknown", reasons, dgd.total_gpus(), pb)
 
 
 def _rows(pb: Problem, placement: Mapping[int, int]) -> list[dict[str, Any]]:

@@ -38,7 +38,7 @@ from deploy_suite.scheduling import (
     container_gpus,
     parse_count,
     parse_scheduling,
-    pod_gpus_or_problem,
+    pod_gpus,
 )
 from deploy_suite.yamlio import load_all, load_yaml_text
 
@@ -47,6 +47,9 @@ DEFAULT_MULTINODE_NODE_COUNT = 2
 COMPONENT_TYPES = frozenset({"frontend", "worker", "prefill", "decode", "planner", "epp"})
 WORKER_TYPES = frozenset({"worker", "prefill", "decode"})
 MAIN_CONTAINER = "main"
+
+# The words every invalid GPU count is reported with (step 1 refuses such a DGD naming the value).
+BAD_GPU_COUNT = "is not a whole number of GPUs"
 
 _FIX_YAML = "pass a DynamoGraphDeployment manifest (YAML, apiVersion nvidia.com/v1alpha1 or v1beta1)"
 
@@ -186,8 +189,13 @@ class Dgd:
     def total_gpus(self) -> int:
         return sum(c.total_gpus for c in self.components)
 
-    def pod_demands(self, namespace: str | None = None) -> list[PodDemand]:
-        """Every pod: component x replica x node (multinode), in creation order."""
+    def pod_count(self) -> int:
+        """Pods the operator will create (component x replica x node), without expanding them."""
+        return sum(c.replicas * c.node_count for c in self.components)
+
+    def pod_demands(self, namespace: str | None = None, *, first_only: bool = False) -> list[PodDemand]:
+        """Every pod: component x replica x node (multinode), in creation order. ``first_only``
+        gives one pod per component (its constraints, without the expansion)."""
         ns = namespace or self.namespace
         out = []
         for c in self.components:
@@ -199,23 +207,11 @@ class Dgd:
                 labels[constants.LABEL_SUB_COMPONENT_TYPE] = c.sub_component_type
             if ns:
                 labels[constants.LABEL_DYNAMO_NAMESPACE] = f"{ns}-{self.name}"
-            for replica in range(c.replicas):
-                for rank in range(c.node_count):
+            for replica in range(min(c.replicas, 1) if first_only else c.replicas):
+                for rank in range(min(c.node_count, 1) if first_only else c.node_count):
                     name = f"{c.name}-{replica}" + (f"-{rank}" if c.multinode else "")
-                    out.append(
-                        PodDemand(
-                            name,
-                            c.name,
-                            c.type,
-                            replica,
-                            rank,
-                            c.gpus_per_pod,
-                            c.gpu_resource,
-                            c.scheduling,
-                            labels,
-                            ns,
-                        )
-                    )
+                    out.append(PodDemand(name, c.name, c.type, replica, rank, c.gpus_per_pod, c.gpu_resource,
+                                         c.scheduling, labels, ns))
         return out
 
 
@@ -388,7 +384,7 @@ def _alpha_components(
                 continue
             count = parse_count(values["gpu"])
             if count is None:
-                problems.append(f"{path}.resources.{part}.gpu {values['gpu']!r} is not a whole number")
+                problems.append(f"{path}.resources.{part}.gpu {values['gpu']!r} {BAD_GPU_COUNT}")
             else:
                 service_gpus = max(service_gpus, count)  # request and limit counted once
         if resources.get("claims"):
@@ -403,7 +399,7 @@ def _alpha_components(
         # The operator puts the service GPUs on the main container; sidecars and init containers add to it.
         main_gpus = max(container_gpus(main, gpu_resource) or 0, service_gpus)
         main_effective = {**main, "resources": {"limits": {gpu_resource: main_gpus}}}
-        gpus = pod_gpus_or_problem(
+        gpus = _pod_gpus(
             {**pod_spec, "containers": [main_effective, *sidecars]}, gpu_resource, path, problems
         )
         sched = parse_scheduling(rd, pod_spec, f"{path}.extraPodSpec", problems)
@@ -494,7 +490,7 @@ def _beta_components(
         main = mains[0]
         check_dra(rd, pod_spec, containers, f"{path}.podTemplate.spec", problems)
         gpu_resource = _beta_gpu_resource(main)
-        gpus = pod_gpus_or_problem(pod_spec, gpu_resource, path, problems)
+        gpus = _pod_gpus(pod_spec, gpu_resource, path, problems)
         cpath = f"{path}.podTemplate.spec.containers[main]"
         container_env = podspec.env_list(rd, main.get("env"), f"{cpath}.env")
         command = rd.strs(main.get("command"), f"{cpath}.command")
@@ -533,6 +529,23 @@ def _beta_components(
             )
         )
     return out
+
+
+def _pod_gpus(pod_spec: Mapping[str, Any], resource: str, path: str, problems: list[str]) -> int:
+    """The pod's effective GPU request; a count that is not a whole number (``"0.5"``, ``-2``) is
+    recorded as a problem naming the container and the value as written, and counts 0."""
+    count = pod_gpus(pod_spec, resource)
+    if count is not None:
+        return count
+    for key in ("initContainers", "containers"):
+        for c in pod_spec.get(key) or []:
+            resources = c.get("resources") if isinstance(c, dict) else None
+            for part in ("requests", "limits"):
+                values = (resources or {}).get(part) if isinstance(resources, dict) else None
+                if isinstance(values, dict) and resource in values and parse_count(values[resource]) is None:
+                    problems.append(f"{path}: container {c.get('name')!r} resources.{part}.{resource} "
+                                    f"{values[resource]!r} {BAD_GPU_COUNT}")
+    return 0
 
 
 def _beta_gpu_resource(main: Mapping[str, Any]) -> str:

@@ -98,7 +98,7 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
     dgd_docs = load_yaml_documents(dgd_real, dgd_name_in, hand_fix)
     dgd_name = parse_dgd(dgd_docs, dgd_name_in)
     check_dgd_objects(dgd_docs, dgd_name_in, workload.namespace)
-    check_dgd_deployable(dgd_docs, dgd_name_in)
+    dgd_model = check_dgd_deployable(dgd_docs, dgd_name_in)
     source_dgd = FileRef(dgd_real, rel(dgd_real, exp_root), dgd_sha)
 
     # (3) Iteration 0: the assigned DGD is the contract's baseline.
@@ -118,8 +118,8 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
             )
 
     # Support manifests: only what the handoff contains.
-    precision = dgd_precision(dgd_docs)
-    chosen, unselected = _choose_support(settings.support, exp_root, workload.namespace, precision)
+    precision = dgd_precision(dgd_model)
+    chosen, unselected = _choose_support(settings.support, exp_root, workload, precision)
 
     previous = None
     if settings.iteration > 0:
@@ -158,10 +158,11 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
 
 
 def _choose_support(
-    support: Sequence[SupportInput], exp_root: Path, namespace: str, precision: set[str]
+    support: Sequence[SupportInput], exp_root: Path, workload: Workload, precision: set[str]
 ) -> tuple[dict[str, FileRef], list[FileRef]]:
-    """One manifest per type (the download variant matching the DGD's precision), and the
-    download variants not chosen."""
+    """One manifest per type (the download variant matching the model precision of the DGD and
+    of ``preferences.precision``), and the download variants not chosen."""
+    namespace = workload.namespace
     by_type: dict[str, list[FileRef]] = {}
     for item in support:
         by_type.setdefault(item.type, []).append(_support_ref(item, exp_root, namespace))
@@ -173,7 +174,7 @@ def _choose_support(
     chosen = {k: v[0] for k, v in by_type.items() if k != "model-download"}
     unselected: list[FileRef] = []
     if "model-download" in by_type:
-        pick = select_download_variant(by_type["model-download"], precision)
+        pick = select_download_variant(by_type["model-download"], precision, workload.precision)
         chosen["model-download"] = pick
         unselected = [v for v in by_type["model-download"] if v is not pick]
     return chosen, unselected

@@ -10,7 +10,7 @@ is an ``InputError`` naming the input and the fix.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from deploy_suite import dgd as dgd_mod
@@ -33,27 +33,31 @@ _PRECISION_TOKEN = re.compile(
 )
 
 
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
+# Where a DGD states its model's precision: the model path/name flags and the quantization flags of
+# its workers. Other precision-looking flags are not the weights' precision and are never read:
+# ``--kv-cache-dtype fp8`` on an FP4 model is the KV cache's dtype (issue 13: it picked the FP8
+# download). ``--dtype`` is the activation dtype and only speaks when nothing else does (an FP8
+# checkpoint served with ``--dtype bfloat16`` still downloads FP8 weights).
+MODEL_FLAGS = ("--model", "--model-path", "--served-model-name", "--model-name")
+QUANTIZATION_FLAGS = ("--quantization", "--quantization-method")
+DTYPE_FLAGS = ("--dtype",)
 
 
 def precision_tokens(text: str) -> set[str]:
     return {_PRECISION_ALIASES[m] for m in _PRECISION_TOKEN.findall(text.lower())}
 
 
-def dgd_precision(documents: Sequence[Any]) -> set[str]:
-    """Precision tokens in the DGD's string values (args, model names, env), comments ignored."""
+def dgd_precision(model: dgd_mod.Dgd) -> set[str]:
+    """The model precision the DGD's workers state (model names and quantization flags, ``--dtype``
+    as a fallback); the KV-cache dtype and every other string of the manifest are ignored."""
+    components = [c for c in model.components if c.is_worker] or model.components
     found: set[str] = set()
-    for doc in documents:
-        for text in _strings(doc):
-            found |= precision_tokens(text)
+    for flags in (MODEL_FLAGS + QUANTIZATION_FLAGS, DTYPE_FLAGS):
+        for component in components:
+            for flag in flags:
+                found |= precision_tokens(component.flag(flag) or "")
+        if found:
+            return found
     return found
 
 
@@ -124,22 +128,21 @@ def check_dgd_objects(documents: Sequence[Any], input_name: str, namespace: str)
                    "PVCs); the cluster admin creates secrets, namespaces and RBAC")
 
 
-def check_dgd_deployable(documents: Sequence[Any], input_name: str) -> None:
+def check_dgd_deployable(documents: Sequence[Any], input_name: str) -> dgd_mod.Dgd:
     """What the DGD model can tell from the file alone (so no cluster request is made for it):
-    field types, replicas that Kubernetes would refuse, and a DGD whose workers request no GPU."""
+    field types, and replicas or GPU counts that Kubernetes would refuse. Returns the model.
+
+    A DGD whose components request no GPU is deployable: NVIDIA's mocker DGDs run on CPU only,
+    and the procedure does not refuse them (step 2 records capacity as ``not needed``)."""
     # Wrong field types raise InputError naming the field.
     model = dgd_mod.from_documents([d for d in documents if d is not None], input_name)
     for problem in model.unrepresentable:
         if ".replicas is the string" in problem:
             raise InputError(input_name, problem, "write replicas as a whole number (rendered, unquoted)")
-    if any("DRA" in problem for problem in model.unrepresentable):
-        return  # GPUs requested through device claims: the model cannot count them, step 2 says unknown
-    workers = [c for c in model.components if c.is_worker]
-    if not any(c.gpus_per_pod > 0 for c in workers) and (workers or model.total_gpus() == 0):
-        shown = ", ".join(f"{c.name} ({c.type})" for c in workers) or "no worker component"
-        raise InputError(input_name, f"no worker requests a GPU ({shown}): an LLM worker without a GPU request "
-                         "schedules on any node and cannot serve", "set resources.limits.gpu on the worker "
-                         "components (the assigned DGD must request the GPUs it serves on)")
+        if dgd_mod.BAD_GPU_COUNT in problem:
+            raise InputError(input_name, problem, "write GPU counts as whole numbers (Kubernetes refuses a "
+                             "fraction or a negative count of an extended resource)")
+    return model
 
 
 def check_support_documents(documents: Sequence[Any], input_name: str, support_type: str | None = None,
@@ -171,27 +174,55 @@ def check_support_documents(documents: Sequence[Any], input_name: str, support_t
                          f"hand over the {support_type} manifest ({wanted})")
 
 
-def select_download_variant(
-    variants: Sequence[FileRef], precision: set[str], input_name: str = "--support model-download"
-) -> FileRef:
-    """Pick the download manifest matching the DGD's precision (exact token, then family)."""
-    if len(variants) == 1:
-        return variants[0]
-    names = ", ".join(v.path.name for v in variants)
-    tokens = {v: precision_tokens(v.path.name) for v in variants}
-    exact = [v for v in variants if tokens[v] & precision]
+def _variant_for(variants: Sequence[FileRef], token: str) -> FileRef | None:
+    """The one variant whose file name carries ``token`` (exact, then its family), or None."""
+    names = {v: precision_tokens(v.path.name) for v in variants}
+    exact = [v for v in variants if token in names[v]]
     if len(exact) == 1:
         return exact[0]
-    families = {_PRECISION_FAMILY[p] for p in precision}
-    by_family = [v for v in variants if {_PRECISION_FAMILY[t] for t in tokens[v]} & families]
-    if not exact and len(by_family) == 1:
-        return by_family[0]
-    generic = [v for v in variants if not tokens[v]]
-    if not exact and not by_family and len(generic) == 1:
+    family = [v for v in variants if _PRECISION_FAMILY[token] in {_PRECISION_FAMILY[t] for t in names[v]}]
+    return family[0] if not exact and len(family) == 1 else None
+
+
+def _voice(variants: Sequence[FileRef], tokens: set[str], who: str, input_name: str, fix: str) -> FileRef | None:
+    """What one voice (the DGD, or preferences.precision) picks; two picks from one voice are ambiguous."""
+    picks = {t: v for t in sorted(tokens) if (v := _variant_for(variants, t)) is not None}
+    if len({v.path.name for v in picks.values()}) > 1:
+        shown = " and ".join(f"{v.path.name} ({t})" for t, v in picks.items())
+        raise InputError(input_name, f"{who} names several precisions: {shown} both match", fix)
+    return next(iter(picks.values()), None)
+
+
+def select_download_variant(
+    variants: Sequence[FileRef], precision: set[str], preferred: str | None = None,
+    input_name: str = "--support model-download",
+) -> FileRef:
+    """Pick the download manifest matching the model precision: the DGD's (model name, quantization
+    flags: :func:`dgd_precision`) and the workload's ``preferences.precision``. When both pick a
+    variant and the picks differ, that is ambiguous and refused naming both candidates; the
+    preference alone decides only for a DGD that states no precision; then a single generic
+    variant; a single variant is used as handed over."""
+    if len(variants) == 1:
+        return variants[0]
+    fix = "hand over only the download manifest that matches the assigned DGD's model precision"
+    from_dgd = _voice(variants, precision, "the DGD", input_name, fix)
+    wanted = precision_tokens(preferred or "")
+    from_workload = _voice(variants, wanted, "preferences.precision", input_name, fix)
+    if from_dgd is not None and from_workload is not None and from_dgd is not from_workload:
+        raise InputError(input_name, f"the DGD's model precision ({', '.join(sorted(precision))}) picks "
+                         f"{from_dgd.path.name}, preferences.precision {preferred!r} picks "
+                         f"{from_workload.path.name}: cannot tell which one to use", fix)
+    # The preference speaks only when the DGD is silent: a DGD stating a precision no variant
+    # carries must not download the preferred (other) weights.
+    pick = from_dgd or (from_workload if not precision else None)
+    if pick is not None:
+        return pick
+    generic = [v for v in variants if not precision_tokens(v.path.name)]
+    if len(generic) == 1:
         return generic[0]
+    names = ", ".join(v.path.name for v in variants)
     seen = ", ".join(sorted(precision)) or "no precision token"
     raise InputError(
         input_name,
-        f"{len(variants)} download variants ({names}) and the DGD shows {seen}: cannot tell which one to use",
-        "hand over only the download manifest that matches the assigned DGD's precision",
-    )
+        f"{len(variants)} download variants ({names}), the DGD shows {seen} and preferences.precision is "
+        f"{preferred!r}: cannot tell which one to use", fix)

@@ -409,8 +409,11 @@ def _judge(result: SmokeResult, body: Any, deploy_root: Path, endpoint: Endpoint
             return _finish(result, deploy_root, "chat", f"chat endpoint answered 400 naming direct routing: the "
                            f"{DIRECT_HEADER} header is missing or wrong")
         return _finish(result, deploy_root, "chat", f"chat endpoint answered HTTP {code}: {text}")
+    # The procedure's check is jq's `(.error | not)`: only null, false or no key pass. An empty
+    # string, 0 or {} is truthy in jq, so `error: ""` fails the gate (Python's `not` would pass it).
+    error = body.get("error") if isinstance(body, dict) else None
     ok = isinstance(body, dict) and body.get("object") == "chat.completion" and isinstance(
-        body.get("choices"), list) and len(body["choices"]) > 0 and not body.get("error")
+        body.get("choices"), list) and len(body["choices"]) > 0 and (error is None or error is False)
     if not ok:
         return _finish(result, deploy_root, "chat", "chat response failed the structural check (object "
                        "chat.completion, non-empty choices, no error): " + json.dumps(body)[:300])

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy_suite import budget, clock, experiment, knobs, ownership, placement, resume
+from deploy_suite import budget, clock, experiment, knobs, ownership, placement, resume, sku
 from deploy_suite import capacity as capacity_mod
 from deploy_suite.constants import (
     DGD_GROUP,
@@ -203,6 +203,7 @@ class Validator:
         self.check_pinned(dgd)
         self.check_ceiling(dgd)
         self.check_capacity(dgd)
+        self.check_sku(dgd)
         self.check_ownership(dgd)
         return rep
 
@@ -471,6 +472,9 @@ class Validator:
         self.ev["ownership"] = seen
 
     def check_capacity(self, dgd: Dgd) -> None:
+        if dgd.total_gpus() == 0 and not dgd.unrepresentable:  # a CPU-only DGD (mocker): nothing to place
+            self.report.capacity = capacity_mod.check_capacity(dgd, [], []).to_dict()
+            return
         if self.nodes is None:
             self.report.capacity = {"capacity": "unknown", "reasons": ["node list forbidden"]}
             return
@@ -494,6 +498,17 @@ class Validator:
                               "free GPUs on eligible nodes, or change the candidate's placement constraints")
         elif result.outcome == "unknown":
             self.report.limitations.append("GPU capacity unknown: " + "; ".join(result.reasons[:3]))
+
+
+    def check_sku(self, dgd: Dgd) -> None:
+        """The nodes that can take the GPU pods against ``hardware[].gpu_type`` (``deploy_suite.sku``)."""
+        if self.nodes is None:
+            return  # the node list is forbidden: recorded as a limitation by advisory_reads
+        result = sku.check_sku(dgd, self.nodes, sku.expected_types(self.inp.workload), self.inp.namespace)
+        self.ev["gpu_sku"] = result.to_dict()
+        self.report.warnings.extend(result.warnings)
+        for message in result.blockers:
+            self.report.block("gpu-sku", message, sku.SKU_FIX)
 
 
 def _component_pod_spec(doc: Obj, name: str) -> dict[str, Any] | None:

@@ -33,6 +33,8 @@ class Workload:
     gpu_ceiling: int | None
     pinned: tuple[str, ...]
     max_failed_deploys: float | None
+    precision: str | None = None  # preferences.precision: one of the two voices picking the download variant
+    gpu_types: tuple[str, ...] = ()  # hardware[].gpu_type: the SKUs step 2 expects the GPU pods to land on
 
 
 MISSING = object()  # a key that is absent (``None`` is a value YAML can hold)
@@ -161,6 +163,7 @@ def parse_workload(documents: Sequence[Any], input_name: str = "--workload user_
     gpu_ceiling = lookup(data, "resources.gpu_ceiling")
     pinned = lookup(data, "resources.pinned")
     max_failed = lookup(data, "budgets.max_failed_deploys")
+    precision = lookup(data, "preferences.precision")
     return Workload(
         data=data,
         kube_context=data["kubernetes"]["kube_context"],
@@ -171,6 +174,8 @@ def parse_workload(documents: Sequence[Any], input_name: str = "--workload user_
         gpu_ceiling=gpu_ceiling if gpu_ceiling is not MISSING else None,
         pinned=tuple(pinned) if pinned is not MISSING else (),
         max_failed_deploys=max_failed if max_failed is not MISSING else None,
+        precision=(precision or None) if precision is not MISSING else None,
+        gpu_types=tuple(entry["gpu_type"] for entry in hardware),
     )
 
 

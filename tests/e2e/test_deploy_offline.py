@@ -530,3 +530,72 @@ def test_missing_direct_routing_header_fails_the_chat_gate(target: Target) -> No
     artifact = json.loads((out / "smoke_test_artifact.json").read_text())
     assert artifact["success"] == 0 and artifact["api_http_code"] == 400 and artifact["models_http_code"] == 200
     assert artifact["api_response"]["code"] == 400 and artifact["api_response"]["message"]
+
+
+# ------------------------------------------------------------------ inputs: GPU-less DGDs, precision, SKU
+
+
+def test_the_gpu_less_mocker_dgd_becomes_ready_with_capacity_not_needed(target: Target) -> None:
+    run = target.run(target.experiment("dgd-mocker.yaml", support={}))
+    assert run.returncode == 0, run.output[-4000:]
+    led = run.ledger()
+    assert led["status"] == "ready", led["blockers"]
+    assert_pinned(led, target)
+    assert led["dgd_name"] == "mocker-agg" and led["served_model"] == "nvidia/Llama-3.1-8B-Instruct-FP8"
+    # No GPU requested: nothing to place, no GPU allocation interval.
+    assert led["gpus_requested"] == 0 and led["allocated_at"] is None
+    assert led["capacity"]["capacity"] == "not needed" == led["preflight"]["capacity"]
+    assert led["capacity"]["reasons"] == ["no GPU requested"]
+    assert led["preflight"]["gpu_sku"]["outcome"] == "not needed"
+    assert led["readiness"]["state"] == "ready" and led["smoke"]["success"] == 1
+    assert run.smoke_artifact()["api_http_code"] == 200
+    html = (target.reports / "deploy-iter-000.html").read_text()
+    assert "not needed" in html and "no GPU requested" in html
+
+
+def test_an_fp4_dgd_with_an_fp8_kv_cache_downloads_the_nvfp4_variant(target: Target) -> None:
+    exp = target.experiment("dgd-fp4-kv-fp8.yaml", support={})
+    inputs_dir = exp.exp_root / "inputs"
+    download = (support.SAMPLE_SUPPORT / "model-download.yaml").read_text()
+    for variant in ("fp8", "nvfp4"):
+        (inputs_dir / f"model-download-{variant}.yaml").write_text(f"{download}# the {variant} weights\n")
+    (inputs_dir / "model-cache.yaml").write_text((support.SAMPLE_SUPPORT / "model-cache.yaml").read_text())
+    options = [f"--support=model-cache={inputs_dir / 'model-cache.yaml'}",
+               *(f"--support=model-download={inputs_dir / f'model-download-{v}.yaml'}" for v in ("fp8", "nvfp4"))]
+    run = target.run(exp, *options)
+    led = assert_ready(run, target, dgd_name="e2e-fp4", served="qwen3-fp4", gpus=1)
+    evidence = step(led, "step1_inputs")["evidence"]
+    assert evidence["dgd_precision_tokens"] == ["fp4"]  # the KV cache's fp8 is not the model's precision
+    assert evidence["download_variant"] == {"chosen": "model-download-nvfp4.yaml",
+                                            "not_chosen": ["model-download-fp8.yaml"]}
+    applied = (run.deploy_root / "applied_manifests" / "model-download.yaml").read_text()
+    assert applied.endswith("# the nvfp4 weights\n")
+    jobs = step(led, "step4_support_manifests")["evidence"]["jobs"]
+    assert [(j["job"], j["outcome"]) for j in jobs] == [("model-download", "Complete")]
+
+
+def test_a_dgd_on_h100_nodes_while_the_workload_says_h200_is_blocked_by_step2(target: Target) -> None:
+    run = target.run(target.experiment("dgd-h100.yaml", support={}))
+    led = assert_failed_at(run, "step2_validate", status="blocked")
+    assert led["capacity"]["capacity"] == "sufficient"  # it would fit: on the wrong hardware
+    (blocker,) = led["blockers"]
+    assert blocker["class"] == "gpu-sku" and blocker["step"] == "step2_validate"
+    assert "hardware[].gpu_type H200" in blocker["message"]
+    assert "h100-reserved-0 (NVIDIA-H100-80GB-HBM3)" in blocker["message"]
+    assert led["preflight"]["gpu_sku"]["outcome"] == "mismatch"
+    assert not [c for c in led["commands"] if c["kind"] == "mutate"]
+    assert target.dgd("e2e-h100") is None and led["failed_attempts"] == []
+
+
+def test_a_billion_replicas_are_insufficient_at_once_with_a_short_explanation(target: Target) -> None:
+    huge = target.tmp / "dgd-huge.yaml"
+    text = (DATA / "dgd-beta-agg.yaml").read_text()
+    huge.write_text(text.replace("  - name: VllmDecodeWorker\n    type: worker\n    replicas: 1\n",
+                                 "  - name: VllmDecodeWorker\n    type: worker\n    replicas: 1000000000\n"))
+    run = target.run(target.experiment(huge, support={}, gpu_ceiling=2_000_000_000))
+    led = assert_failed_at(run, "step2_validate", status="blocked")
+    assert step(led, "step2_validate")["duration_s"] < 10
+    assert led["gpus_requested"] == 1_000_000_000 and led["capacity"]["capacity"] == "insufficient"
+    (blocker,) = led["blockers"]
+    assert blocker["class"] == "gpu-capacity" and len(blocker["message"]) < 600, blocker
+    assert "need 1000000000 nvidia.com/gpu in total" in blocker["message"]

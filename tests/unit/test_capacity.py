@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 from typing import Any
 
@@ -507,3 +508,42 @@ def test_sufficient_is_never_reported_without_a_placement(instance):
         assert _valid(nodes, pods, demands, [result.placement[d.name] for d in demands])
     elif result.outcome == "insufficient":
         assert not _brute_force(nodes, pods, demands)
+
+
+# ---------------------------------------------------------------- no GPU, huge DGDs (issue 13)
+
+
+def test_a_dgd_without_gpu_requests_needs_no_capacity():
+    dgd = parse_dgd(worker_dgd(2, 0))
+    result = check_capacity(dgd, [node("n1")], [pod("held", "n1", 8)], namespace=NS)
+    assert result.outcome == "not needed" and result.reasons == ["no GPU requested"]
+    assert result.gpus_requested == 0 and result.to_dict()["capacity"] == "not needed"
+
+
+@pytest.mark.parametrize("replicas", [100_000, 1_000_000_000])
+def test_a_demand_above_the_free_gpus_is_insufficient_at_once_without_expanding(replicas: int):
+    started = time.monotonic()
+    result = check_capacity(parse_dgd(worker_dgd(replicas, 1)), [node("n1"), node("n2")], [pod("h", "n1", 3)],
+                            namespace=NS)
+    assert time.monotonic() - started < 1.0
+    assert result.outcome == "insufficient" and result.gpus_requested == replicas
+    assert result.reasons[0].startswith(f"the DGD has {replicas} pods, more than the 10000")
+    assert result.reasons[1] == f"component(s) W need {replicas} nvidia.com/gpu in total; 13 free on the 2 node(s) " \
+        "they may use"
+    assert len(result.reasons) == 2 and result.simulation_unplaced == []
+
+
+def test_a_large_dgd_within_the_free_gpus_is_unknown_never_a_guess():
+    nodes = [node(f"n{i}", gpus=8) for i in range(2000)]
+    result = check_capacity(parse_dgd(worker_dgd(12_000, 1)), nodes, [], namespace=NS)
+    assert result.outcome == "unknown"
+    assert "16000 free on the 2000 node(s)" in result.reasons[1]
+
+
+def test_a_long_explanation_is_summarised_per_component():
+    result = check_capacity(parse_dgd(worker_dgd(500, 4)), [node("n1"), node("n2")], [], namespace=NS)
+    assert result.outcome == "insufficient"
+    # The headline, one explanation of the first pod that did not fit, one line for the rest.
+    assert len(result.reasons) == 3, result.reasons
+    assert result.reasons[2] == "and 495 more pod(s) of component(s) W fit on no node either (same constraints)"
+    assert len(result.simulation_unplaced) == 21 and result.simulation_unplaced[-1] == "... and 476 more"

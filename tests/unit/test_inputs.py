@@ -10,6 +10,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -324,10 +325,16 @@ def _variant(exp: Experiment, name: str) -> SupportInput:
     return SupportInput("model-download", path)
 
 
-def _with_model(exp: Experiment, model_arg: str) -> Settings:
+def _with_model(exp: Experiment, model_arg: str, precision: str | None = "bf16") -> Settings:
+    """The sample DGD with other worker args, and ``preferences.precision`` (the sample's is bf16)."""
     path = exp.exp_root / "inputs" / "user_provided_dgd.yaml"
     path.write_text(path.read_text().replace("--model Qwen/Qwen3-0.6B", model_arg))
-    settings = rewrite_workload(exp, _set("deployment.dgd_sha256", sha(path)))
+
+    def edit(data: dict[str, Any]) -> None:
+        _set("deployment.dgd_sha256", sha(path))(data)
+        _set("preferences.precision", precision)(data)
+
+    settings = rewrite_workload(exp, edit)
     return Settings(**{**settings.__dict__, "dgd_sha256": sha(path)})
 
 
@@ -343,8 +350,20 @@ def _with_model(exp: Experiment, model_arg: str) -> Settings:
         ("--model org/Model --dtype bfloat16", ["model-download-fp8.yaml", "model-download-bf16.yaml"],
          "model-download-bf16.yaml"),
         ("--model org/Model", ["model-download.yaml", "model-download-fp8.yaml"], "model-download.yaml"),
+        # Issue 13: an FP4 model with an FP8 KV cache downloads the FP4 weights (KV dtype is not model precision).
+        ("--model nvidia/DeepSeek-R1-FP4 --kv-cache-dtype fp8",
+         ["model-download-fp8.yaml", "model-download-nvfp4.yaml"], "model-download-nvfp4.yaml"),
+        # --dtype is the activation dtype: it speaks only when the model name and quantization flags do not.
+        ("--model org/Model-FP8 --dtype fp16", ["model-download-fp8.yaml", "model-download-fp16.yaml"],
+         "model-download-fp8.yaml"),
+        # The DGD states no precision: the workload's preferences.precision (bf16) decides.
+        ("--model org/Model", ["model-download-fp8.yaml", "model-download-bf16.yaml"], "model-download-bf16.yaml"),
+        # Both voices agree.
+        ("--model org/Model-BF16", ["model-download-fp8.yaml", "model-download-bf16.yaml"],
+         "model-download-bf16.yaml"),
     ],
-    ids=["fp8-model-name", "nvfp4-quantization", "fp4-family", "bfloat16-dtype", "generic-fallback"],
+    ids=["fp8-model-name", "nvfp4-quantization", "fp4-family", "bfloat16-dtype", "generic-fallback",
+         "fp4-model-fp8-kv-cache", "dtype-is-a-fallback", "preference-decides", "both-agree"],
 )
 def test_download_variant_matching_the_dgd_precision_is_copied_as_model_download(
     exp: Experiment, model_arg: str, variants: list[str], chosen: str
@@ -364,7 +383,7 @@ def test_download_variant_matching_the_dgd_precision_is_copied_as_model_download
     ("model_arg", "variants"),
     [
         ("--model org/Model", ["model-download-fp8.yaml", "model-download-nvfp4.yaml"]),
-        ("--model org/Model-FP8 --dtype fp16", ["model-download-fp8.yaml", "model-download-fp16.yaml"]),
+        ("--model org/Model-FP8 --quantization nvfp4", ["model-download-fp8.yaml", "model-download-nvfp4.yaml"]),
     ],
     ids=["no-precision-in-dgd", "two-matches"],
 )
@@ -372,7 +391,50 @@ def test_ambiguous_download_variants_are_refused(exp: Experiment, model_arg: str
     settings = _with_model(exp, model_arg)
     support = tuple(_variant(exp, v) for v in variants)
     error = refused(Settings(**{**settings.__dict__, "support": support}))
-    assert_one_line(error, "--support model-download", "cannot tell which one")
+    assert_one_line(error, "--support model-download", *variants)
+
+
+def test_dgd_precision_disagreeing_with_preferences_precision_is_refused_naming_both(exp: Experiment):
+    settings = _with_model(exp, "--model org/Model-FP8", precision="bf16")
+    support = tuple(_variant(exp, v) for v in ("model-download-fp8.yaml", "model-download-bf16.yaml"))
+    error = refused(Settings(**{**settings.__dict__, "support": support}))
+    assert_one_line(error, "--support model-download", "model-download-fp8.yaml", "model-download-bf16.yaml",
+                    "preferences.precision 'bf16'", "cannot tell which one")
+
+
+def test_a_dgd_precision_no_variant_carries_never_falls_back_to_the_preference(exp: Experiment):
+    settings = _with_model(exp, "--model org/Model-FP4", precision="fp8")
+    support = tuple(_variant(exp, v) for v in ("model-download-fp8.yaml", "model-download-bf16.yaml"))
+    assert_one_line(refused(Settings(**{**settings.__dict__, "support": support})), "fp4", "cannot tell")
+
+
+# --- GPU requests -------------------------------------------------------------------------------
+
+
+MOCKER_DGD = Path(__file__).parents[1] / "e2e" / "data" / "dgd-mocker.yaml"
+
+
+def _with_dgd_text(exp: Experiment, text: str) -> Settings:
+    path = exp.exp_root / "inputs" / "user_provided_dgd.yaml"
+    path.write_text(text)
+    settings = rewrite_workload(exp, _set("deployment.dgd_sha256", sha(path)))
+    return Settings(**{**settings.__dict__, "dgd_sha256": sha(path), "support": ()})
+
+
+def test_a_gpu_less_mocker_dgd_is_accepted(exp: Experiment):
+    prepared = inputs.prepare(_with_dgd_text(exp, MOCKER_DGD.read_text()))
+    assert prepared.dgd_name == "mocker-agg"
+    assert prepared.precision == ("fp8",)  # from --model-path nvidia/Llama-3.1-8B-Instruct-FP8
+
+
+@pytest.mark.parametrize("count", ["'0.5'", "'-2'", "-2", "0.5"])
+def test_an_invalid_gpu_count_is_refused_naming_the_value(exp: Experiment, count: str):
+    text = (exp.exp_root / "inputs" / "user_provided_dgd.yaml").read_text()
+    replaced = re.sub(r"gpu: [\"']?1[\"']?", f"gpu: {count}", text)
+    assert replaced != text
+    error = refused(_with_dgd_text(exp, replaced))
+    assert_one_line(error, "--dgd", repr(yaml.safe_load(count)), "not a whole number of GPUs")
+    assert "no worker requests a GPU" not in str(error)
 
 
 def test_two_model_cache_manifests_are_refused(exp: Experiment):

@@ -8,6 +8,8 @@ that the gates' retries and bounds run instantly and their timings are exact.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -331,6 +333,30 @@ def test_the_chat_gate_judges_the_answer(tmp_path: Path, fake_clock: clock.FakeC
     assert result.api_http_code == answer.status_code and result.api_response == answer.json()
     assert json.loads((tmp_path / "smoke" / "api_body.json").read_text()) == answer.json()
     assert artifact(tmp_path)["api_response"] == answer.json() and artifact(tmp_path)["success"] == 0
+
+
+# The procedure's structural check is `jq -e '... and (.error | not)'`. jq's `not` is true only for
+# null and false: `"" | not`, `0 | not` and `{} | not` are false, so `error: ""` fails the procedure's
+# check, as issue 13 says (`jq -n '"" | not'` prints false), where Python's `not ""` let it pass. The gate
+# does what jq does: these cases pin that decision, each checked against jq's own answer when jq exists.
+JQ_CHECK = '.object == "chat.completion" and (.choices | type == "array" and length > 0) and (.error | not)'
+
+
+@pytest.mark.parametrize(("error", "passes"), [
+    (None, True), (False, True), ("", False), (0, False), ({}, False), ([], False), ("boom", False),
+], ids=["null", "false", "empty-string", "zero", "empty-object", "empty-list", "message"])
+def test_the_chat_gate_judges_error_like_the_procedures_jq_check(tmp_path: Path, fake_clock: clock.FakeClock,
+                                                                 error: Any, passes: bool) -> None:
+    body = {**OK_CHAT, "error": error}
+    jq = shutil.which("jq")
+    if jq is not None:  # the procedure's own check, as its reference sequence runs it
+        verdict = subprocess.run([jq, "-e", JQ_CHECK], input=json.dumps(body), capture_output=True, text=True,
+                                 check=False)
+        assert (verdict.returncode == 0) is passes, verdict
+    result = go(tmp_path, Frontend(chat=httpx.Response(200, json=body)))
+    assert result.success == (1 if passes else 0)
+    if not passes:
+        assert result.gate == "chat" and "structural check" in result.diagnosis
 
 
 def test_a_chat_answer_that_is_not_json_is_kept_raw(tmp_path: Path, fake_clock: clock.FakeClock) -> None:
