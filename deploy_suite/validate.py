@@ -2,14 +2,15 @@
 
 Checks run in the order of ``README.md`` (step 2), pinned to the workload's context through
 :class:`Kube`: namespace, CRD gate, advisory storage-class and node reads, cluster-compatibility
-patches of the run-scoped copies, a server-side dry-run of every document, secrets (by name, metadata only),
-PVCs, storage classes, image tags, the workload's policy (``resources.pinned``,
-``resources.gpu_ceiling``), GPU capacity, the ownership of the DGDs steps 3 and 5 would touch
-(``deploy_suite.ownership``) and, last, the experiment's budgets (``deploy_suite.budget``). Every
-failed gate becomes a blocker; ``Forbidden`` on an advisory cluster-scope read becomes a run
-limitation. Nothing here creates, updates or deletes a cluster object: the only writes are to the
-run-scoped copies under ``applied_manifests/`` (compatibility patches ``README.md`` allows,
-recorded with their reason).
+patches of the run-scoped copies, a server-side dry-run of every document, secrets (by name,
+metadata only), PVCs, storage classes, image tags (what the manifests name:
+``deploy_suite.references``), the workload's policy (``resources.pinned``,
+``resources.gpu_ceiling``), GPU capacity, the GPU SKU (``deploy_suite.sku``), the ownership of the
+DGDs steps 3 and 5 would touch (``deploy_suite.ownership``) and, last, the experiment's budgets
+(``deploy_suite.budget``). Every failed gate becomes a blocker; ``Forbidden`` on an advisory
+cluster-scope read becomes a run limitation. Nothing here creates, updates or deletes a cluster
+object: the only writes are to the run-scoped copies under ``applied_manifests/`` (compatibility
+patches ``README.md`` allows, recorded with their reason).
 
 :func:`preflight` is step 2 as a whole: it gathers the run's inputs (baseline DGD, the
 experiment's other live GPUs, the ``--storage-class`` override, what step 3 will retire), runs
@@ -19,7 +20,7 @@ every gate and returns a :class:`Preflight`, the typed result later steps read.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from deploy_suite.dgd import Dgd, from_documents
 from deploy_suite.errors import Forbidden, KubeError, NotFound, StepBlocked
 from deploy_suite.kube import DGD, Kube, Obj
 from deploy_suite.ledger import Ledger, atomic_write_text
+from deploy_suite.references import image_tag, referenced_claims, referenced_secrets, walk
 from deploy_suite.runstate import RunState
 from deploy_suite.scheduling import BLOCKING_TAINT_EFFECTS, Taint
 from deploy_suite.workload import contract_dgd_candidates
@@ -115,56 +117,12 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def walk(obj: Any) -> Iterator[tuple[str, Any]]:
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield k, v
-            yield from walk(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from walk(v)
-
-
-def referenced_secrets(docs: list[Obj]) -> set[str]:
-    """Every secret a manifest names: secretKeyRef, envFrom secretRef, envFromSecret,
-    imagePullSecrets and secret volumes, found anywhere in the documents."""
-    names: set[str] = set()
-    for doc in docs:
-        if doc.get("kind") == "Secret":
-            continue
-        for key, value in walk(doc):
-            if key in {"secretKeyRef", "secretRef"} and isinstance(value, dict) and value.get("name"):
-                names.add(str(value["name"]))
-            elif key == "envFromSecret" and isinstance(value, str) and value:
-                names.add(value)
-            elif key == "imagePullSecrets" and isinstance(value, list):
-                names.update(str(s["name"]) for s in value if isinstance(s, dict) and s.get("name"))
-            elif key == "secret" and isinstance(value, dict) and value.get("secretName"):
-                names.add(str(value["secretName"]))
-    return names
-
-
-def referenced_claims(docs: list[Obj], dgd: Dgd) -> set[str]:
-    claims = {c for comp in dgd.components for c in comp.pvc_claims}
-    for doc in docs:
-        for key, value in walk(doc):
-            if key == "persistentVolumeClaim" and isinstance(value, dict) and value.get("claimName"):
-                claims.add(str(value["claimName"]))
-    return claims
-
-
 def _load_docs(path: Path, display: str) -> list[Obj]:
     return [d for d in load_all(path, display, "fix the manifest syntax") if d]
 
 
 def _dump_docs(path: Path, docs: list[Obj]) -> None:
     atomic_write_text(path, dump_all(docs))
-
-
-def _image_tag(image: str) -> str:
-    ref = image.split("@", 1)[0]
-    last = ref.rsplit("/", 1)[-1]
-    return last.split(":", 1)[1] if ":" in last else ""
 
 
 class Validator:
@@ -408,7 +366,7 @@ class Validator:
     def check_images(self, docs: dict[str, list[Obj]]) -> None:
         images = sorted({str(v) for ds in docs.values() for d in ds for k, v in walk(d)
                          if k == "image" and isinstance(v, str)})
-        bad = [i for i in images if _PLACEHOLDER_TAG.search(_image_tag(i)) or "${" in i]
+        bad = [i for i in images if _PLACEHOLDER_TAG.search(image_tag(i)) or "${" in i]
         for image in bad:
             self.report.block("image", f"image {image} has a placeholder tag",
                               "replace it with a released image tag (e.g. the Dynamo runtime version you run)")

@@ -31,7 +31,8 @@ from deploy_suite.errors import Forbidden
 from deploy_suite.kube import CommandRecord, Kube, Obj
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
-from deploy_suite.validate import DGD_CRD, ValidationInputs, ValidationReport, validate, walk
+from deploy_suite.references import walk
+from deploy_suite.validate import DGD_CRD, ValidationInputs, ValidationReport, validate
 from fixtures.cluster import ClusterPool
 from fixtures.identities import Identity
 
