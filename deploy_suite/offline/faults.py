@@ -110,25 +110,21 @@ def _stage(name: str, selector: Iterable[Expression], status_template: str, *,
 # ------------------------------------------------------------------ templates
 
 # kwok renders these Go templates against the pod and merges the result into its status.
-_NOT_READY_CONDITIONS = """\
-conditions:
-- lastTransitionTime: {{ $now | Quote }}
-  status: "True"
-  type: PodScheduled
-- lastTransitionTime: {{ $now | Quote }}
-  status: "True"
-  type: Initialized
-- lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  reason: ContainersNotReady
-  message: {{ printf "containers with unready status: %s" $names | Quote }}
-  type: Ready
-- lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  reason: ContainersNotReady
-  message: {{ printf "containers with unready status: %s" $names | Quote }}
-  type: ContainersReady
-"""
+def _pod_conditions(ready: bool) -> str:
+    """A started pod's conditions: scheduled, initialized, and Ready/ContainersReady as ``ready`` says."""
+    head = "".join(f'- lastTransitionTime: {{{{ $now | Quote }}}}\n  status: "True"\n  type: {t}\n'
+                   for t in ("PodScheduled", "Initialized"))
+    if ready:
+        tail = "".join(f'- lastTransitionTime: {{{{ $now | Quote }}}}\n  status: "True"\n  type: {t}\n'
+                       for t in ("Ready", "ContainersReady"))
+    else:
+        tail = "".join('- lastTransitionTime: {{ $now | Quote }}\n  status: "False"\n  reason: ContainersNotReady\n'
+                       '  message: {{ printf "containers with unready status: %s" $names | Quote }}\n'
+                       f"  type: {t}\n" for t in ("Ready", "ContainersReady"))
+    return "conditions:\n" + head + tail
+
+
+_NOT_READY_CONDITIONS = _pod_conditions(ready=False)
 
 _HEAD = """\
 {{ $now := Now }}
@@ -200,21 +196,8 @@ _STARTED_TEMPLATE = _HEAD + _NOT_READY_CONDITIONS + _container_statuses("0", _RU
 phase: Running
 startTime: {{ $now | Quote }}
 """ + _IPS
-_READY_TEMPLATE = _HEAD + """\
-conditions:
-- lastTransitionTime: {{ $now | Quote }}
-  status: "True"
-  type: PodScheduled
-- lastTransitionTime: {{ $now | Quote }}
-  status: "True"
-  type: Initialized
-- lastTransitionTime: {{ $now | Quote }}
-  status: "True"
-  type: Ready
-- lastTransitionTime: {{ $now | Quote }}
-  status: "True"
-  type: ContainersReady
-""" + _container_statuses("0", _RUNNING, started=True, ready=True) + """\
+_READY_TEMPLATE = _HEAD + _pod_conditions(ready=True) + _container_statuses(
+    "0", _RUNNING, started=True, ready=True) + """\
 phase: Running
 {{ with $root.status.startTime }}{{ else }}startTime: {{ $now | Quote }}{{ end }}
 """ + _IPS

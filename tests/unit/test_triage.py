@@ -152,15 +152,6 @@ def test_readiness_waits_on_a_pull_the_kubelet_retries_and_on_a_first_restart(fa
     assert [c["category"] for c in wait.contention] == [triage.PULL_RETRY]
 
 
-def test_a_missing_secret_key_is_a_dependency_not_a_failed_attempt(fake):
-    api, kube = fake
-    api.put(DGD, fakekube.dgd("d", NS))
-    api.put(KNOWN["Pod"], fakekube.pod("d-worker-0", NS, labels=DGD_LABEL, waiting="CreateContainerConfigError"))
-    with pytest.raises(StepFailure) as caught:
-        kube.wait(ready_wait(kube), timeout=1200)
-    assert caught.value.category == triage.DEPENDENCY and not caught.value.failed_attempt
-
-
 def test_a_running_container_is_not_a_crash():
     p = {"metadata": {"name": "w-0"}, "status": {"containerStatuses": [{"name": "main", "state": {"running": {}}}]}}
     assert triage.triage_containers(p) is None
@@ -326,11 +317,14 @@ def test_without_node_access_readiness_judges_from_the_message_alone(fake):
     assert [c["category"] for c in wait.contention] == [triage.CONTENTION]
 
 
-def test_readiness_names_the_crash_of_any_pod(fake):
+@pytest.mark.parametrize(("reason", "category"), [("CrashLoopBackOff", triage.CRASH),
+                                                  # a missing secret key: a dependency, not a failed attempt
+                                                  ("CreateContainerConfigError", triage.DEPENDENCY)])
+def test_readiness_names_the_container_failure_of_any_pod(fake, reason, category):
     api, kube = fake
     api.put(DGD, fakekube.dgd("d", NS))
-    api.put(KNOWN["Pod"], fakekube.pod("d-worker-0", NS, labels=DGD_LABEL, waiting="CrashLoopBackOff"))
+    api.put(KNOWN["Pod"], fakekube.pod("d-worker-0", NS, labels=DGD_LABEL, waiting=reason))
     with pytest.raises(StepFailure) as caught:
         kube.wait(ready_wait(kube), timeout=1200)
-    assert caught.value.category == triage.CRASH and caught.value.failed_attempt
-    assert caught.value.evidence == ["pod d-worker-0 container main waiting: CrashLoopBackOff"]
+    assert caught.value.category == category and caught.value.failed_attempt is (category == triage.CRASH)
+    assert caught.value.evidence == [f"pod d-worker-0 container main waiting: {reason}"]
