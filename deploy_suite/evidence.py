@@ -97,7 +97,7 @@ def collect(kube: Kube, namespace: str, dgd_name: str) -> tuple[FailureEvidence,
         pods = []
     text += [f"== dgd/{dgd_name} status", redact(str(out.dgd_status))]
     out.events = _events(kube, namespace, dgd_name, pods, out.errors)
-    text += ["== events (newest last)", *out.events]
+    text += ["== events (warnings last, each group oldest first)", *out.events]
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         for cs, state in failing_containers(pod):
             if len(out.containers) >= MAX_CONTAINERS:
