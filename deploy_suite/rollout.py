@@ -466,6 +466,10 @@ def teardown(kube: Kube, namespace: str, dgd_name: str, failed: Readiness, *, ke
         return {**entry, "action": "kept", "at": clock.iso_now(),
                 "reason": f"{failed.state}: not known to be final (fix the dependency or inspect, then rerun; "
                           "the cleanup command is in the ledger)"}
-    kube.delete(DGD, dgd_name, namespace)
+    try:
+        kube.delete(DGD, dgd_name, namespace)
+    except KubeError as exc:  # the failure and its evidence stay the story; the cleanup command is in the ledger
+        return {**entry, "action": "delete-failed", "at": clock.iso_now(),
+                "reason": f"{failed.state}: the attempt can never succeed as written, but the delete failed: {exc}"}
     return {**entry, "action": "deleted", "at": clock.iso_now(),
             "reason": f"{failed.state}: the attempt can never succeed as written; deleted to free its GPUs"}

@@ -399,6 +399,19 @@ def test_a_crash_keeps_its_evidence_then_is_torn_down_unless_kept(fake, tmp_path
     assert (attempt["step"], attempt["category"], attempt["diagnosis"]) == ("step6_readiness", "crash", str(error))
 
 
+def test_a_delete_that_fails_after_the_evidence_is_recorded_not_raised(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    crash_looping(api)
+    api.fail("DELETE", f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/demo",
+             forbidden("delete", "dynamographdeployments"))
+    run = make_run(tmp_path, step="step6_readiness")
+    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    run.record(partial)
+    assert error.category == "crash" and run.ledger.data["teardown"]["action"] == "delete-failed"
+    assert run.ledger.data["torn_down_at"] is None and "cannot delete" in run.ledger.data["teardown"]["reason"]
+    ledger.validate(run.ledger.data)
+
+
 def test_a_dependency_keeps_its_evidence_and_the_dgd_and_is_not_a_failed_attempt(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
     api.watchers = 2  # a wait over two collections
