@@ -23,6 +23,7 @@ from deploy_suite.scheduling import pod_gpus
 from deploy_suite.watch import Judge, Seen, Watch
 
 # kube-scheduler's VolumeBinding filter: `persistentvolumeclaim "model-cache" not found`.
+Verdict = triage.Verdict  # the dataclass below has a field named triage
 _CLAIM_NOT_FOUND = re.compile(r'persistentvolumeclaim "([^"]+)" not found')
 
 
@@ -66,6 +67,7 @@ class PendingTriage:
         self.nodes = nodes
         self.recheck_s = recheck_s
         self._seen: dict[str, str] = {}
+        self._pulls: dict[str, tuple[str, triage.Verdict]] = {}
 
     def verdict(self, pod: Obj) -> triage.Verdict | None:
         """A new verdict on ``pod``; None when it is not unschedulable or nothing changed."""
@@ -89,6 +91,25 @@ class PendingTriage:
         missing = _CLAIM_NOT_FOUND.findall(" ".join(verdict.evidence))
         return bool(missing) and all(
             self.kube.get_or_none("PersistentVolumeClaim", claim, self.namespace) is not None for claim in missing)
+
+
+    def containers(self, pod: Obj) -> triage.Verdict | None:
+        """The pod's container verdict (:func:`triage.triage_containers`). An image pull whose
+        waiting message does not say why (``Back-off pulling image "x"``) is judged again with the
+        pod's pull-failure events, which carry the registry's answer."""
+        verdict = triage.triage_containers(pod)
+        if verdict is None or verdict.category != triage.PULL_RETRY:
+            return verdict
+        name = pod["metadata"]["name"]
+        stamp = " ".join(verdict.evidence)
+        if name in self._pulls and self._pulls[name][0] == stamp:  # read the events once per state
+            return self._pulls[name][1]
+        causes = [str(e.get("message", "")) for e in self.kube.events_for(name, self.namespace)
+                  if e.get("reason") in {"Failed", "ErrImagePull"}]
+        if causes:
+            verdict = triage.triage_containers(pod, causes[-2:]) or verdict
+        self._pulls[name] = (stamp, verdict)
+        return verdict
 
 
 # ---------------------------------------------------------------------------- deletions
@@ -159,15 +180,38 @@ class JobComplete:
 
 
 # ---------------------------------------------------------------------------- readiness
+def milestones(pod: Obj) -> set[str]:
+    """How far a pod has come: created, scheduled, each container's image pulled, started, ready.
+
+    Only ever grows while a pod advances; a restart count does not count (a crash loop is no progress).
+    """
+    name = pod["metadata"]["name"]
+    status = pod.get("status") or {}
+    reached = {f"pod {name} created"}
+    if pod.get("spec", {}).get("nodeName"):
+        reached.add(f"pod {name} scheduled on {pod['spec']['nodeName']}")
+    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        state = cs.get("state") or {}
+        if cs.get("imageID") or "running" in state or "terminated" in state:
+            reached.add(f"pod {name} container {cs.get('name')} image pulled")
+        if cs.get("started") or "running" in state:
+            reached.add(f"pod {name} container {cs.get('name')} started")
+    if pod_ready(pod):
+        reached.add(f"pod {name} ready")
+    return reached
+
+
 @dataclass
 class DgdReady:
     """The DGD Ready with state ``successful`` and observedGeneration current, and ``expected_pods``
     of its pods Running and ready.
 
     On the way it notes when the first GPU pod was bound (``allocated_at``, reported through
-    ``on_allocated``), records contention (waiting can help) and raises for a crash loop, a
-    reconciliation error or a pending verdict that waiting cannot help (a failed attempt when the
-    manifest can never schedule, a dependency otherwise).
+    ``on_allocated``), records contention and image pulls being retried (waiting can help), notes
+    the last progress (a pod created, scheduled, its image pulled, a container started, the ready
+    count rising: ``last_progress``), and raises for a crash loop that persists, an image that does
+    not exist, a reconciliation error or a pending verdict that waiting cannot help (a failed
+    attempt when the manifest can never run, a dependency otherwise).
     """
 
     triage: PendingTriage
@@ -179,6 +223,11 @@ class DgdReady:
     dgd_state: str | None = None
     ready_condition: str | None = None
     ready_reason: str | None = None
+    reached: set[str] = field(default_factory=set)
+    last_progress: str = "nothing yet"
+    last_progress_at: str | None = None
+    progress_mono: float = field(default_factory=clock.monotonic)
+    _waits: dict[str, str] = field(default_factory=dict)
 
     @property
     def awaited(self) -> str:
@@ -189,10 +238,17 @@ class DgdReady:
         return {"dgd": Watch(DGD, self.triage.namespace, self.name),
                 "pods": Watch("Pod", self.triage.namespace, label_selector=f"{LABEL_DGD_NAME}={self.name}")}
 
+    def progressed(self, what: str) -> None:
+        self.last_progress, self.last_progress_at, self.progress_mono = what, clock.iso_now(), clock.monotonic()
+
     def __call__(self, seen: Seen) -> tuple[bool, str]:
         pods = list(seen["pods"].values())
         for pod in pods:
             self._judge_pod(pod)
+        new = sorted(set().union(*map(milestones, pods)) - self.reached) if pods else []
+        if new:
+            self.reached.update(new)
+            self.progressed(new[-1] if len(new) == 1 else f"{new[-1]} (and {len(new) - 1} more)")
         obj = seen["dgd"].get(f"{self.triage.namespace}/{self.name}")
         st = (obj or {}).get("status") or {}
         cond: Obj = next((c for c in st.get("conditions") or [] if c.get("type") == "Ready"), {})
@@ -217,15 +273,19 @@ class DgdReady:
             self.allocated_at = clock.iso_now()
             if self.on_allocated is not None:
                 self.on_allocated(self.allocated_at)
-        crash = triage.triage_containers(pod)
-        if crash is not None:
-            raise StepFailure(crash.diagnosis, triage.CRASH, crash.evidence, failed_attempt=True)
-        verdict = self.triage.verdict(pod)
-        if verdict is None:
+        # A container verdict is judged on every pod change, a scheduler verdict once per verdict.
+        for verdict, once in ((self.triage.containers(pod), True), (self.triage.verdict(pod), False)):
+            if verdict is None:
+                continue
+            if verdict.can_wait:
+                self._note_wait(pod["metadata"]["name"], verdict, once)
+                continue
+            raise StepFailure(verdict.diagnosis, verdict.category, verdict.evidence,
+                              failed_attempt=verdict.category in {triage.FAILED_DEPLOY, triage.CRASH})
+
+    def _note_wait(self, pod: str, verdict: Verdict, once: bool) -> None:
+        """Contention, an unclassified scheduler verdict or a pull being retried, recorded."""
+        if once and self._waits.get(f"{pod}/{verdict.category}") == verdict.diagnosis:
             return
-        if verdict.category in {triage.CONTENTION, triage.UNKNOWN}:
-            self.contention.append({**verdict.as_dict(), "at": clock.iso_now(),
-                                    "next_check_at_s": verdict.next_check_s})
-            return
-        raise StepFailure(verdict.diagnosis, verdict.category, verdict.evidence,
-                          failed_attempt=verdict.category == triage.FAILED_DEPLOY)
+        self._waits[f"{pod}/{verdict.category}"] = verdict.diagnosis
+        self.contention.append({**verdict.as_dict(), "at": clock.iso_now(), "next_check_at_s": verdict.next_check_s})

@@ -113,6 +113,26 @@ def _looks_like_secret_blob(text: str) -> bool:
     return False
 
 
+REDACTED = "[REDACTED]"
+# `KEY=value` / `KEY: value` where the key names a credential (an env dump, a config print).
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?i)\b([A-Z0-9_.-]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|CREDENTIALS?|AUTHORIZATION))"
+    r"(\s*[=:]\s*)((?:Bearer\s+)?(?:\"[^\"]*\"|'[^']*'|\S+))")
+
+
+def redact(text: str) -> str:
+    """``text`` (a container log, an event) with every secret-looking value replaced by ``[REDACTED]``:
+    the token shapes and key blobs :func:`find_secret` refuses, and values assigned to credential-named keys."""
+    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    for pattern in _TOKEN_PATTERNS:
+        text = pattern.sub(REDACTED, text)
+
+    def blob(match: re.Match[str]) -> str:
+        return REDACTED if _looks_like_secret_blob(match.group(0)) else match.group(0)
+
+    return _B64_RUN.sub(blob, text)
+
+
 def find_secret(value: Any, path: str = "") -> str | None:
     """Return the JSON path of the first value that looks secret, else None."""
     if isinstance(value, Mapping):
@@ -289,7 +309,7 @@ def new_step(name: str) -> dict[str, Any]:
 SECTIONS = (
     "endpoint", "retired_previous", "preflight", "capacity", "budget", "readiness", "smoke",
     "gpus_requested", "allocated_at", "torn_down_at", "frontend_service", "served_model", "dgd_name",
-    "applied_dgd", "allocations",
+    "applied_dgd", "allocations", "teardown",
 )
 
 

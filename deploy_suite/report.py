@@ -204,6 +204,8 @@ def summary_html(ledger: Mapping[str, Any], ledger_path: str | None = None, link
             f"<li>{esc(a.get('at'))} <b>{esc(a.get('step'))}</b> [{esc(a.get('category'))}] "
             f"{esc(a.get('diagnosis'))}</li>" for a in attempts], _torn_down(ledger)),
     ]
+    if attempts and isinstance(ledger.get("teardown"), Mapping):
+        right.append(f'<div class="dsr-box dsr-warn">{_torn_down(ledger).removeprefix("<br>")}</div>')
     steps = "".join(_step_line(s) for s in ledger.get("steps") or [] if isinstance(s, Mapping))
     right.append(f'<table class="dsr-steps"><tbody>{steps}</tbody></table>')
     return (
@@ -256,6 +258,11 @@ def _budget(ledger: Mapping[str, Any]) -> str:
 
 
 def _torn_down(ledger: Mapping[str, Any]) -> str:
+    """The teardown policy and what it did (step 6), or when the DGD was torn down."""
+    teardown = ledger.get("teardown")
+    if isinstance(teardown, Mapping):
+        return (f"<br><i>teardown ({esc(teardown.get('policy'))}):</i> {esc(teardown.get('action'))} at "
+                f"{esc(teardown.get('at'))}: {esc(teardown.get('reason'))}")
     at = ledger.get("torn_down_at")
     return f"; torn down at {esc(at)}" if at else ""
 

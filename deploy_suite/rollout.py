@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy_suite import clock, conditions, experiment, ownership, resume, triage, yamlio
+from deploy_suite import clock, conditions, evidence, experiment, ownership, resume, yamlio
 from deploy_suite.constants import DGD_KIND, LABEL_COMPONENT, LABEL_DGD_NAME, LABEL_JOB_NAME, LABEL_SELECTOR
 from deploy_suite.dgd import Dgd, from_documents, load_dgd
 from deploy_suite.errors import Forbidden, KubeError, StepBlocked, StepFailure, WaitTimeout
@@ -357,12 +357,15 @@ def _record_own_apply(run: RunState, kube: Kube, dgd: Dgd, applied: Sequence[Obj
 
 
 # ---------------------------------------------------------------------------- step 6
+POLICY_TEARDOWN, POLICY_KEEP = "teardown-final-failures", "keep-on-failure"
+
+
 @dataclass
 class Readiness:
     """Step 6: what the readiness wait saw (the ledger's ``readiness`` section), the deployed pods'
-    config engagement; on failure, whether it was a failed attempt and when the DGD was torn down."""
+    config engagement; on failure, whether it was a failed attempt, its evidence and the teardown."""
 
-    state: str = "waiting"  # ready, or the failure's category (failed-deploy, dependency, crash, timeout, ...)
+    state: str = "waiting"  # ready, or the failure's category (failed-deploy, dependency, crash, no-progress, ...)
     dgd_state: str | None = None
     ready_condition: str | None = None
     ready_reason: str | None = None
@@ -372,39 +375,52 @@ class Readiness:
     diagnosis: str = ""
     evidence: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    last_progress: dict[str, Any] | None = None  # what advanced last, when
     # Not part of the ledger section:
     config_engagement: list[dict[str, Any]] = field(default_factory=list)
     failed: bool = False
     failed_attempt: bool = False
     torn_down_at: str | None = None
+    failure_evidence: dict[str, Any] | None = None
+    teardown: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The ledger's ``readiness`` section."""
         return {k: v for k, v in asdict(self).items()
-                if k not in {"config_engagement", "failed", "failed_attempt", "torn_down_at"}}
+                if k not in {"config_engagement", "failed", "failed_attempt", "torn_down_at", "failure_evidence",
+                             "teardown"}}
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
         if self.failed:
             ledger.set_section("readiness", {"state": self.state, "diagnosis": self.diagnosis,
-                                             "evidence": self.evidence})
+                                             "evidence": self.evidence, "last_progress": self.last_progress,
+                                             "contention": self.contention,
+                                             "failure_evidence": self.failure_evidence})
             if self.failed_attempt:
                 ledger.add_failed_attempt("step6_readiness", self.state, self.evidence, self.diagnosis)
+            if self.teardown is not None:
+                ledger.set_section("teardown", self.teardown)
             if self.torn_down_at is not None:
                 ledger.set_section("torn_down_at", self.torn_down_at)
             return {}
         ledger.set_section("readiness", self.as_dict())
-        for evidence in self.config_engagement:
-            ledger.add_config_engagement(evidence)
+        for engagement in self.config_engagement:
+            ledger.add_config_engagement(engagement)
         return {"state": self.state, "seconds": self.seconds, "contention": len(self.contention)}
 
 
 def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend_expected: bool,
                on_progress: Progress = _quiet, on_allocated: Callable[[str], None] | None = None,
-               contention_recheck_s: float = 30.0) -> Readiness:
+               contention_recheck_s: float = 30.0, no_progress_s: float | None = None) -> Readiness:
     """DGD Ready with state successful and observedGeneration current; every component x replica
-    Running and ready; pending pods triaged as soon as the scheduler says why
-    (:class:`conditions.DgdReady`); the frontend Service present when one is expected."""
+    Running and ready; pending pods and containers triaged as soon as they say why
+    (:class:`conditions.DgdReady`); the frontend Service present when one is expected.
+
+    Progress-aware: the wait goes on while pods advance and fails (``no-progress``) after
+    ``no_progress_s`` without progress, naming the last progress seen; ``timeout`` is the hard cap.
+    """
     started = clock.monotonic()
+    no_progress_s = timeout if no_progress_s is None else min(no_progress_s, timeout)
     expected = {c.name: c.replicas * c.node_count for c in dgd.components}
     try:
         nodes: list[Obj] | None = kube.list_items("Node")[0]
@@ -412,14 +428,33 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
         nodes = None
     ready = conditions.DgdReady(conditions.PendingTriage(kube, namespace, nodes, contention_recheck_s), dgd.name,
                                 sum(expected.values()), on_allocated)
-    try:
-        state = kube.wait(ready, timeout=timeout, on_progress=on_progress)
-    except WaitTimeout as exc:
-        raise StepFailure(str(exc), "timeout") from exc
-    except KubeError as exc:  # a refusal (403, 404, ...) stops the wait at once: not the attempt's fault
-        raise StepFailure(f"the readiness wait stopped: {exc}", "api-error") from exc
+    ready.progressed("readiness wait started")
+    while True:
+        now = clock.monotonic()
+        # One bounded wait per stretch without progress; a stretch that saw progress starts another.
+        window = min(ready.progress_mono + no_progress_s, started + timeout) - now
+        try:
+            state = kube.wait(ready, timeout=max(window, 0.0), on_progress=on_progress)
+            break
+        except WaitTimeout as exc:
+            now = clock.monotonic()
+            if now - started >= timeout:
+                raise StepFailure(f"{exc} (the hard cap timeouts.readiness_s, pods still progressing); "
+                                  f"last progress: {_progress_line(ready, started)}", "timeout",
+                                  [exc.last_state], result=_progress(ready, started)) from exc
+            if now - ready.progress_mono >= no_progress_s:
+                raise StepFailure(f"no progress for {now - ready.progress_mono:.0f}s (timeouts.readiness_no_progress_s "
+                                  f"{no_progress_s:.0f}s); last progress: {_progress_line(ready, started)}; last seen: "
+                                  f"{exc.last_state}", "no-progress", [exc.last_state],
+                                  result=_progress(ready, started)) from exc
+        except StepFailure as exc:
+            exc.result = _progress(ready, started)
+            raise
+        except KubeError as exc:  # a refusal (403, 404, ...) stops the wait at once: not the attempt's fault
+            raise StepFailure(f"the readiness wait stopped: {exc}", "api-error") from exc
     out = Readiness("ready", ready.dgd_state, ready.ready_condition, ready.ready_reason,
-                    allocated_at=ready.allocated_at, contention=ready.contention)
+                    allocated_at=ready.allocated_at, contention=ready.contention,
+                    last_progress=_progress(ready, started))
     pods = list(state.collections["pods"].values())
     for comp in dgd.components:
         mine = [p for p in pods if _belongs(p, dgd.name, comp.name)]
@@ -430,6 +465,16 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
         raise StepFailure(f"frontend Service {dgd.name}-frontend is missing", "missing-frontend-service")
     out.seconds = round(clock.monotonic() - started, 3)
     return out
+
+
+def _progress(ready: conditions.DgdReady, started: float) -> dict[str, Any]:
+    return {"what": ready.last_progress, "at": ready.last_progress_at,
+            "after_s": round(ready.progress_mono - started, 3), "milestones": len(ready.reached),
+            "contention": ready.contention[-3:]}
+
+
+def _progress_line(ready: conditions.DgdReady, started: float) -> str:
+    return f"{ready.last_progress} at {ready.last_progress_at} ({ready.progress_mono - started:.0f}s after the start)"
 
 
 def _belongs(pod: Obj, dgd_name: str, component: str) -> bool:
@@ -460,9 +505,10 @@ def config_engagement(kube: Kube, namespace: str, dgd: Dgd) -> list[dict[str, An
 
 def readiness(run: RunState, kube: Kube) -> Readiness:
     """Wait for readiness; an allocation interval is opened (``allocated_at`` the first) and saved
-    the moment the first GPU pod is bound, unless one is open. On
-    failure the attempt is recorded (a failed attempt when the manifest can never run or crashes)
-    and the DGD deleted to free its GPUs, unless ``--keep-on-failure`` keeps it to debug."""
+    the moment the first GPU pod is bound, unless one is open. On failure the evidence is kept first
+    (:mod:`deploy_suite.evidence`), then the teardown policy (:func:`teardown`) decides whether the
+    DGD is deleted; the attempt is recorded (a failed attempt when the manifest can never run or
+    crashes)."""
     dgd = load_dgd(run.manifests["deploy"])
 
     def allocated(at: str) -> None:
@@ -470,17 +516,47 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
         if resume.open_allocation(run.ledger.data, at):
             run.save()
 
+    t = run.settings.timeouts
     try:
-        out = wait_ready(kube, run.namespace, dgd, run.settings.timeouts.readiness_s,
+        out = wait_ready(kube, run.namespace, dgd, t.readiness_s,
                          frontend_expected=any(c.type == "frontend" for c in dgd.components),
-                         on_progress=run.progress, on_allocated=allocated)
+                         on_progress=run.progress, on_allocated=allocated, no_progress_s=t.readiness_no_progress_s)
     except StepFailure as exc:
+        progress = exc.result if isinstance(exc.result, dict) else None
         failed = Readiness(exc.category, diagnosis=str(exc), evidence=exc.evidence, failed=True,
-                           failed_attempt=exc.failed_attempt or exc.category == triage.CRASH)
-        if not run.settings.keep_on_failure:
-            kube.delete(DGD, dgd.name, run.namespace)
-            failed.torn_down_at = clock.iso_now()
+                           failed_attempt=exc.failed_attempt, last_progress=progress,
+                           contention=list((progress or {}).get("contention") or []))
+        found, text = evidence.collect(kube, run.namespace, dgd.name)
+        found.log_file = run.rel(evidence.write(run.deploy_root / "logs", dgd.name, text))
+        failed.failure_evidence = found.as_dict()
+        failed.teardown = teardown(kube, run.namespace, dgd.name, failed, keep=run.settings.keep_on_failure)
+        failed.teardown["evidence_file"] = found.log_file
+        if failed.teardown["action"] == "deleted":
+            failed.torn_down_at = failed.teardown["at"]
         exc.result = failed
         raise
     out.config_engagement = config_engagement(kube, run.namespace, dgd)
     return out
+
+
+def teardown(kube: Kube, namespace: str, dgd_name: str, failed: Readiness, *, keep: bool) -> dict[str, Any]:
+    """The teardown policy, after the evidence is kept: an attempt that can never succeed (a failed
+    attempt: taint, selector, a request no node can hold, a crash loop that persists, an image that
+    does not exist) is deleted to free its GPUs; anything else (a dependency to fix, no progress, an
+    API refusal, a missing Service) is kept, since fixing it or waiting may still make it ready.
+    ``--keep-on-failure`` keeps everything."""
+    entry = {"policy": POLICY_KEEP if keep else POLICY_TEARDOWN, "dgd": dgd_name}
+    if keep:
+        return {**entry, "action": "kept", "reason": "--keep-on-failure: everything kept for debugging",
+                "at": clock.iso_now()}
+    if not failed.failed_attempt:
+        return {**entry, "action": "kept", "at": clock.iso_now(),
+                "reason": f"{failed.state}: not known to be final (fix the dependency or inspect, then rerun; "
+                          "the cleanup command is in the ledger)"}
+    try:
+        kube.delete(DGD, dgd_name, namespace)
+    except KubeError as exc:  # the failure and its evidence stay the story; the cleanup command is in the ledger
+        return {**entry, "action": "delete-failed", "at": clock.iso_now(),
+                "reason": f"{failed.state}: the attempt can never succeed as written, but the delete failed: {exc}"}
+    return {**entry, "action": "deleted", "at": clock.iso_now(),
+            "reason": f"{failed.state}: the attempt can never succeed as written; deleted to free its GPUs"}

@@ -39,7 +39,10 @@ class Timeouts:
     job_validate_s: float = 3600.0  # 120 polls x 30 s
     retire_s: float = 600.0  # delete --wait --timeout=10m, then the pods' wait of 10m
     pvc_bound_s: float = 600.0  # model-cache PVC (Immediate binding) to reach Bound
-    readiness_s: float = 1200.0  # DGD Ready, every pod ready, the frontend Service present
+    # Step 6 waits while pods advance (README.md, step 6): it fails after readiness_no_progress_s
+    # without progress, and at readiness_s whatever happens (large models pull and load for long).
+    readiness_s: float = 10800.0  # hard cap: DGD Ready, every pod ready, the frontend Service present
+    readiness_no_progress_s: float = 900.0  # no pod created, scheduled, pulled, started or ready for this long
     smoke_reach_attempts: int = 30  # gate 1: 30 x 2 s for the port-forward to answer
     smoke_reach_interval_s: float = 2.0
     smoke_models_attempts: int = 30  # gate 2: 30 x 10 s for the served model to be listed
@@ -125,6 +128,7 @@ TIMEOUT_OPTIONS: dict[str, str] = {
     "--timeout-job-validate": "job_validate_s",
     "--timeout-retire": "retire_s",
     "--timeout-readiness": "readiness_s",
+    "--timeout-readiness-no-progress": "readiness_no_progress_s",
 }
 _KEY_TO_OPTION = {v: k for k, v in OPTION_KEYS.items()}
 # Handoff keys that carry no option: the challenger's review id travels with the candidate.

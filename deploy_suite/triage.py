@@ -8,7 +8,10 @@ from a free-GPU count, and each category has a different correct action:
   stop (never wait, never call it contention).
 * ``contention``: insufficient GPU/CPU/memory on otherwise-eligible nodes. Waiting is legitimate.
 * ``dependency``: unbound PVC, quota or admission errors. Neither waiting nor a rewrite helps.
-* ``crash``: CrashLoopBackOff, ImagePullBackOff, ErrImagePull: a failed attempt.
+* ``crash``: a crash loop that persists, an image that does not exist: a failed attempt.
+* ``pull-retry``: an image pull failing on the network or the registry: the kubelet retries it.
+
+Container states are judged by :func:`triage_containers` (not every first sighting is final).
 
 The result says whether waiting can help (``can_wait``), which the waits that triage pending
 pods obey (``deploy_suite.conditions``). Pure logic: events and nodes come in as plain JSON dicts.
@@ -31,6 +34,7 @@ CONTENTION = "contention"
 DEPENDENCY = "dependency"
 CRASH = "crash"
 UNKNOWN = "unknown"
+PULL_RETRY = "pull-retry"
 
 # "<n> node(s) <reason>" fragments of a FailedScheduling message, by category.
 _NEVER = (
@@ -45,8 +49,6 @@ _DEPENDENCY = (
     "exceeded quota", "admission webhook", "is forbidden", "forbidden:",
 )
 _FRAGMENT = re.compile(r"(\d+) (node\(s\)|Insufficient) ?([^,.]*)")
-CRASH_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerError",
-                 "CreateContainerConfigError", "RunContainerError")
 
 
 @dataclass
@@ -142,18 +144,76 @@ def triage_pending(pod: Obj, events: Sequence[Obj], nodes: Sequence[Obj] | None 
                    can_wait=True, next_check_s=contention_recheck_s)
 
 
-def triage_containers(pod: Obj) -> Verdict | None:
-    """CrashLoopBackOff / ImagePullBackOff / ErrImagePull and friends: a failed attempt."""
+# A crash loop is final from the second restart: a container that restarted once may recover
+# (the rule of docs of step 6 in README.md; Dynamo's own deploy tests fail fast from the second).
+CRASH_LOOP_RESTARTS = 2
+# Image pull causes, from the kubelet's waiting message or its "Failed" pull events (containerd's
+# gRPC code tells them apart: see README.md, step 6).
+_PULL_AUTH = re.compile(r"\b(401|403)\b|unauthori[sz]ed|denied|authentication required|authorization required",
+                        re.IGNORECASE)
+_PULL_MISSING = re.compile(r"manifest unknown|code = NotFound|: not found|not found:|repository does not exist",
+                           re.IGNORECASE)
+IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff")
+# Waiting reasons that are final at first sight: the pod spec itself is wrong.
+_FINAL_REASONS = ("InvalidImageName", "CreateContainerError", "RunContainerError")
+
+
+def last_terminated(cs: Obj) -> str:
+    """The container's last termination as a person reads it: reason and exit code (``OOMKilled``, 137)."""
+    last = (cs.get("lastState") or {}).get("terminated") or (cs.get("state") or {}).get("terminated") or {}
+    if not last:
+        return ""
+    return f"last terminated: {last.get('reason') or 'Error'} (exit code {last.get('exitCode')})"
+
+
+def _pull_verdict(name: str, cs: Obj, reason: str, message: str, causes: Sequence[str]) -> Verdict:
+    container = f"pod {name} container {cs.get('name')}"
+    text = " ".join([message, *causes])
+    evidence = [f"{container} waiting: {reason}: {message}".rstrip(": "), *[f"{container} event: {c}" for c in causes]]
+    if _PULL_AUTH.search(text):
+        return Verdict(DEPENDENCY, f"{container}: {reason}: the registry refused the pull (authorization): fix the "
+                       f"pull secret (imagePullSecrets) or the registry access; {message}", evidence)
+    if _PULL_MISSING.search(text):
+        return Verdict(CRASH, f"{container}: {reason}: the image does not exist (manifest unknown / not found): "
+                       f"{message}", evidence)
+    return Verdict(PULL_RETRY, f"{container}: {reason}, cause not final (registry or network): the kubelet retries "
+                   f"the pull; {message}", evidence, can_wait=True)
+
+
+def triage_containers(pod: Obj, pull_causes: Sequence[str] = ()) -> Verdict | None:
+    """A container's waiting state, judged by whether waiting can help.
+
+    * ``CrashLoopBackOff`` from ``CRASH_LOOP_RESTARTS`` restarts: a failed attempt (``crash``); the
+      first restart may recover (None);
+    * ``ErrImagePull``/``ImagePullBackOff``: authorization refused is a ``dependency`` (the pull
+      secret), an image that does not exist is final (``crash``), anything else (network,
+      registry unavailable) is retried by the kubelet (``pull-retry``, can wait); ``pull_causes``
+      are the pod's pull-failure event messages, for a back-off whose message omits the cause;
+    * ``CreateContainerConfigError`` (a missing secret or key): a ``dependency``;
+    * ``InvalidImageName``, ``CreateContainerError``, ``RunContainerError``: final (``crash``).
+
+    The last termination (reason and exit code, e.g. ``OOMKilled`` 137) is named in the diagnosis.
+    """
     name = str((pod.get("metadata") or {}).get("name"))
     status = pod.get("status") or {}
     for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
         waiting = (cs.get("state") or {}).get("waiting") or {}
         reason = str(waiting.get("reason", ""))
-        if reason in CRASH_REASONS:
-            last = ((cs.get("lastState") or {}).get("terminated")) or {}
-            extra = f", last exit code {last.get('exitCode')}" if last else ""
-            return Verdict(CRASH, f"pod {name} container {cs.get('name')}: {reason}"
-                           f"{': ' + str(waiting.get('message')) if waiting.get('message') else ''}"
-                           f" (restarts {cs.get('restartCount', 0)}{extra})",
-                           [f"pod {name} container {cs.get('name')} waiting: {reason}"])
+        message = str(waiting.get("message") or "")
+        restarts = int(cs.get("restartCount") or 0)
+        container = f"pod {name} container {cs.get('name')}"
+        ended = last_terminated(cs)
+        detail = f" (restarts {restarts}{', ' + ended if ended else ''})"
+        evidence = [f"{container} waiting: {reason}" + (f" ({ended})" if ended else "")]
+        if reason == "CrashLoopBackOff":
+            if restarts < CRASH_LOOP_RESTARTS:
+                continue
+            return Verdict(CRASH, f"{container}: CrashLoopBackOff{': ' + message if message else ''}{detail}", evidence)
+        if reason in IMAGE_PULL_REASONS:
+            return _pull_verdict(name, cs, reason, message, pull_causes)
+        if reason == "CreateContainerConfigError":
+            return Verdict(DEPENDENCY, f"{container}: CreateContainerConfigError: {message or 'container config'}: "
+                           "fix the referenced Secret/ConfigMap (a dependency, not the candidate's fault)", evidence)
+        if reason in _FINAL_REASONS:
+            return Verdict(CRASH, f"{container}: {reason}{': ' + message if message else ''}{detail}", evidence)
     return None

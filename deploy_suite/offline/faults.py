@@ -110,25 +110,21 @@ def _stage(name: str, selector: Iterable[Expression], status_template: str, *,
 # ------------------------------------------------------------------ templates
 
 # kwok renders these Go templates against the pod and merges the result into its status.
-_NOT_READY_CONDITIONS = """\
-conditions:
-- lastTransitionTime: {{ $now | Quote }}
-  status: "True"
-  type: PodScheduled
-- lastTransitionTime: {{ $now | Quote }}
-  status: "True"
-  type: Initialized
-- lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  reason: ContainersNotReady
-  message: {{ printf "containers with unready status: %s" $names | Quote }}
-  type: Ready
-- lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  reason: ContainersNotReady
-  message: {{ printf "containers with unready status: %s" $names | Quote }}
-  type: ContainersReady
-"""
+def _pod_conditions(ready: bool) -> str:
+    """A started pod's conditions: scheduled, initialized, and Ready/ContainersReady as ``ready`` says."""
+    head = "".join(f'- lastTransitionTime: {{{{ $now | Quote }}}}\n  status: "True"\n  type: {t}\n'
+                   for t in ("PodScheduled", "Initialized"))
+    if ready:
+        tail = "".join(f'- lastTransitionTime: {{{{ $now | Quote }}}}\n  status: "True"\n  type: {t}\n'
+                       for t in ("Ready", "ContainersReady"))
+    else:
+        tail = "".join('- lastTransitionTime: {{ $now | Quote }}\n  status: "False"\n  reason: ContainersNotReady\n'
+                       '  message: {{ printf "containers with unready status: %s" $names | Quote }}\n'
+                       f"  type: {t}\n" for t in ("Ready", "ContainersReady"))
+    return "conditions:\n" + head + tail
+
+
+_NOT_READY_CONDITIONS = _pod_conditions(ready=False)
 
 _HEAD = """\
 {{ $now := Now }}
@@ -157,11 +153,13 @@ _TERMINATED = """\
 """
 
 
-def _container_statuses(restart_count: str, states: str, before: str = "") -> str:
-    """``containerStatuses``: one not-ready entry per container; ``states`` is its (last) state."""
+def _container_statuses(restart_count: str, states: str, before: str = "", *, started: bool = False,
+                        ready: bool = False) -> str:
+    """``containerStatuses``: one entry per container; ``states`` is its (last) state."""
     return ("containerStatuses:\n{{ range $c := .spec.containers }}\n" + before
             + '- image: {{ $c.image | Quote }}\n  imageID: ""\n  name: {{ $c.name | Quote }}\n'
-            + f"  ready: false\n  started: false\n  restartCount: {restart_count}\n" + states + "{{ end }}\n")
+            + f"  ready: {str(ready).lower()}\n  started: {str(started).lower()}\n  restartCount: {restart_count}\n"
+            + states + "{{ end }}\n")
 
 
 # One restart per backoff: restartCount grows from what the pod showed, like the kubelet's.
@@ -192,13 +190,28 @@ phase: Pending
 startTime: {{ $now | Quote }}
 """ + _IPS
 
+_RUNNING = "  state:\n    running:\n      startedAt: {{ $now | Quote }}\n"
+# Containers started, not ready yet: a model still loading (its startup probe has not passed).
+_STARTED_TEMPLATE = _HEAD + _NOT_READY_CONDITIONS + _container_statuses("0", _RUNNING, started=True) + """\
+phase: Running
+startTime: {{ $now | Quote }}
+""" + _IPS
+_READY_TEMPLATE = _HEAD + _pod_conditions(ready=True) + _container_statuses(
+    "0", _RUNNING, started=True, ready=True) + """\
+phase: Running
+{{ with $root.status.startTime }}{{ else }}startTime: {{ $now | Quote }}{{ end }}
+""" + _IPS
+
 _JOB_FAIL_TEMPLATE = _HEAD + _NOT_READY_CONDITIONS + _container_statuses("0", "  state:\n" + _TERMINATED) + """\
 phase: Failed
 startTime: {{ $now | Quote }}
 """ + _IPS
 
+# The kubelet's words for a tag that does not exist; its back-off message carries the last pull
+# error after the image (the event-only form is judged from events, see deploy_suite.conditions).
 _IMAGE_MESSAGES = {
-    "ImagePullBackOff": 'Back-off pulling image \\"%s\\"',
+    "ImagePullBackOff": 'Back-off pulling image \\"%[1]s\\": ErrImagePull: rpc error: code = NotFound desc = failed '
+                        'to pull and unpack image \\"%[1]s\\": not found',
     "ErrImagePull": 'failed to pull and unpack image \\"%s\\": not found',
 }
 
@@ -229,6 +242,23 @@ def image_pull(name: str, selector: Sequence[Expression], reason: str = "ImagePu
     not_waiting = {"key": ".status.containerStatuses.[].state.waiting.reason", "operator": "NotIn",
                    "values": list(WAITING_FAULTS)}
     return Fault(name, (_stage(name, [*selector, *_alive(["Pending"]), not_waiting], template),))
+
+
+def slow_start(name: str, selector: Sequence[Expression], start_s: float, ready_s: float | None) -> Fault:
+    """Selected pods start slowly, as a large model loads: Running with their containers started
+    but not Ready after ``start_s``, then Ready ``ready_s`` later; never Ready when ``ready_s`` is None
+    (an engine that died while its API server lives on: Running, not Ready, no crash)."""
+    not_ready = {"key": '.status.conditions.[] | select( .type == "Ready" ) | .status', "operator": "NotIn",
+                 "values": ["True"]}
+    not_waiting = {"key": ".status.containerStatuses.[].state.waiting.reason", "operator": "NotIn",
+                   "values": list(WAITING_FAULTS)}
+    stages = [_stage(name, [*selector, *_alive(["Pending"]), not_ready, not_waiting], _STARTED_TEMPLATE,
+                     delay_ms=int(start_s * 1000))]
+    if ready_s is not None:
+        started = _in(".status.containerStatuses.[].started", "true")
+        stages.append(_stage(f"{name}-ready", [*selector, *_alive(["Running"]), not_ready, started], _READY_TEMPLATE,
+                             delay_ms=int(ready_s * 1000)))
+    return Fault(name, tuple(stages))
 
 
 def job_pod_failure(name: str, selector: Sequence[Expression], exit_code: int = 1) -> Fault:

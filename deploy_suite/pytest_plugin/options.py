@@ -82,10 +82,16 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     "--served-model": ("NAME", "served model name for the smoke test (default: read from the DGD)"),
     "--kubeconfig": ("PATH", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config); the context always comes "
                              "from user_workload.yaml kubernetes.kube_context, never the current-context"),
-    "--keep-on-failure": ("", "leave what a failed run created in place for debugging (recorded in the ledger)"),
+    "--keep-on-failure": ("", "keep everything a failed run created for debugging; by default an attempt that can "
+                              "never succeed is torn down after its evidence is kept (recorded in the ledger)"),
     "--reports-dir": ("DIR", "where deploy-iter-NNN.html/.xml go unless --html/--junitxml are given (default: "
                              "reports/ in the rootdir a pytest configuration file sets, such as the checkout's "
                              "pyproject.toml; else in the current directory)"),
+}
+_TIMEOUT_HELP = {
+    "readiness_s": "hard cap of the readiness wait, however the pods progress",
+    "readiness_no_progress_s": "the readiness wait fails after this long without progress (no pod created, "
+                               "scheduled, image pulled, container started or ready)",
 }
 _ACTIONS: dict[str, dict[str, object]] = {"--support": {"action": "append"},
                                           "--keep-on-failure": {"action": "store_const", "const": True}}
@@ -98,9 +104,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                         **_ACTIONS.get(option, {}))
     defaults = Timeouts()
     for option, key in TIMEOUT_OPTIONS.items():
-        what = key.removesuffix("_s").replace("_", " ")
+        what = _TIMEOUT_HELP.get(key, f"bound of the {key.removesuffix('_s').replace('_', ' ')} wait")
         group.addoption(option, dest=_dest(option), metavar="SECONDS", default=None,
-                        help=f"bound of the {what} wait (default: {getattr(defaults, key):.0f})")
+                        help=f"{what} (default: {getattr(defaults, key):.0f})")
 
 
 def _deploys(options: argparse.Namespace) -> bool:

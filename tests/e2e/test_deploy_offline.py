@@ -20,6 +20,7 @@ cluster, through the library function the step calls:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -33,6 +34,7 @@ import pytest
 
 from deploy_suite import ledger, rollout, smoke
 from deploy_suite.dgd import load_dgd
+from deploy_suite.errors import WaitTimeout
 from deploy_suite.kube import DGD, Obj
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
@@ -444,40 +446,144 @@ def test_failed_download_job_fails_step4_fast_and_keeps_its_last_log_lines(
 # ------------------------------------------------------------------ container failures
 
 
-@pytest.mark.parametrize(("case", "keep"), [("crash-loop", False), ("image-pull", False), ("image-pull", True)])
-def test_container_failure_is_a_failed_attempt_and_the_dgd_is_deleted_unless_kept(
-        target: Target, kwok_fault: Callable[[faults.Fault], None], case: str, keep: bool) -> None:
-    name = f"e2e-{case}-{target.namespace}"
-    if case == "crash-loop":
-        dgd_file, dgd_name, reason = "dgd-beta-agg.yaml", "e2e-beta-agg", "CrashLoopBackOff"
-        kwok_fault(faults.crash_loop(name, faults.by_dgd(dgd_name, namespace=target.namespace)))
-    else:
-        dgd_file, dgd_name, reason = "dgd-bad-image.yaml", "e2e-bad-image", "ImagePullBackOff"
-        kwok_fault(faults.image_pull(name, faults.by_image("e2e-no-such-tag", namespace=target.namespace)))
+@pytest.mark.parametrize("keep", [False, True])
+def test_an_image_tag_that_does_not_exist_is_a_failed_attempt_and_the_dgd_is_deleted_unless_kept(
+        target: Target, kwok_fault: Callable[[faults.Fault], None], keep: bool) -> None:
+    dgd_name = "e2e-bad-image"
+    kwok_fault(faults.image_pull(f"e2e-image-pull-{target.namespace}",
+                                 faults.by_image("e2e-no-such-tag", namespace=target.namespace)))
     extra = ["--keep-on-failure"] if keep else []
-    run = target.run(target.experiment(dgd_file, support={}), f"--timeout-readiness={READINESS_S:.0f}", *extra)
+    run = target.run(target.experiment("dgd-bad-image.yaml", support={}), f"--timeout-readiness={READINESS_S:.0f}",
+                     *extra)
     led = assert_failed_at(run, "step6_readiness")
     assert step(led, "step6_readiness")["duration_s"] < READINESS_S / 6
     (attempt,) = led["failed_attempts"]
     assert attempt["step"] == "step6_readiness" and attempt["category"] == "crash"
-    assert any(f"waiting: {reason}" in e for e in attempt["evidence"]), attempt
-    assert reason in attempt["diagnosis"]
-    if case == "crash-loop":
-        assert "last exit code 1" in attempt["diagnosis"]
-    else:
-        assert "e2e-no-such-tag" in attempt["diagnosis"]  # kubelet's message names the image
+    assert any("waiting: ImagePullBackOff" in e for e in attempt["evidence"]), attempt
+    assert "does not exist" in attempt["diagnosis"] and "e2e-no-such-tag" in attempt["diagnosis"]
     assert led["readiness"]["state"] == "crash"
     assert led["settings"]["keep_on_failure"] is keep
+    teardown = led["teardown"]
+    assert teardown["policy"] == ("keep-on-failure" if keep else "teardown-final-failures")
     if keep:
-        assert led["torn_down_at"] is None
+        assert led["torn_down_at"] is None and teardown["action"] == "kept"
         live = target.dgd(dgd_name)
         assert live is not None and "deletionTimestamp" not in live["metadata"]
         assert not [c for c in led["commands"] if " delete " in c["command"]]
     else:
-        assert led["torn_down_at"]
+        assert led["torn_down_at"] == teardown["at"] and teardown["action"] == "deleted"
         assert [c for c in led["commands"] if c["kind"] == "mutate" and f" delete dynamographdeployments.nvidia.com "
                 f"{dgd_name} " in c["command"]]
         target.wait_dgd_gone(dgd_name)
+
+
+PLANTED_TOKEN = "hf_" + "e2eQ7xPlanted" * 3  # secret-looking: must never reach an artifact
+
+
+def test_a_crash_loop_keeps_the_containers_last_lines_redacted_then_is_torn_down(
+        target: Target, kwok_fault: Callable[[faults.Fault], None]) -> None:
+    dgd_name = "e2e-beta-agg"
+    name = f"e2e-crash-loop-{target.namespace}"
+    kwok_fault(faults.crash_loop(name, faults.by_dgd(dgd_name, namespace=target.namespace), exit_code=137))
+    crashed = ("INFO loading Qwen/Qwen3-0.6B\nDEBUG env HF_TOKEN=" + PLANTED_TOKEN + "\n"
+               "torch.OutOfMemoryError: CUDA out of memory\nE2E-MARKER: worker exited\n")
+    previous = faults.write_cri_log(target.tmp / "previous.log", crashed)
+    current = faults.write_cri_log(target.tmp / "current.log", "INFO restarting\n")
+    served: list[str] = []
+
+    def serve_logs() -> None:
+        """`kubectl logs [--previous]` of each pod of the DGD serves these files: a kwok Logs object per
+        pod (ClusterLogs does not carry previousLogsFile), applied over the one the operator replica
+        wires for its serving processes, long before the second restart."""
+        def both(objs: dict[str, Obj]) -> tuple[bool, str]:
+            return len(objs) >= 2, f"{len(objs)} objects"
+
+        pods = target.kube.wait_for("Pod", both, awaited="the DGD's pods", timeout=60, namespace=target.namespace,
+                                    label_selector=f"{DGD_LABEL}={dgd_name}").objects
+        with contextlib.suppress(WaitTimeout):  # the replica wires its Logs once, when its serving is up
+            target.kube.wait_for(target.kube.resource(faults.KWOK_API, "Logs"), both, awaited="the replica's Logs",
+                                 timeout=8, namespace=target.namespace)
+        for pod in pods.values():
+            target.kube.apply(faults.logs_object({**pod, "apiVersion": "v1", "kind": "Pod"}, current,
+                                                 previous=previous), target.namespace)
+            served.append(pod["metadata"]["name"])
+
+    server = threading.Thread(target=serve_logs, name="serve-logs", daemon=True)
+    server.start()
+    run = target.run(target.experiment("dgd-beta-agg.yaml", support={}), f"--timeout-readiness={READINESS_S:.0f}")
+    server.join(timeout=5)
+    assert served, "the Logs objects were never applied"
+    led = assert_failed_at(run, "step6_readiness")
+    # Failed from the second restart (one backoff later), long before the readiness bound.
+    assert step(led, "step6_readiness")["duration_s"] < READINESS_S / 2
+    (attempt,) = led["failed_attempts"]
+    assert attempt["category"] == "crash" and "CrashLoopBackOff" in attempt["diagnosis"]
+    assert "exit code 137" in attempt["diagnosis"] and re.search(r"\(restarts [2-9]", attempt["diagnosis"])
+    found = led["readiness"]["failure_evidence"]
+    assert found["dgd_status"]["conditions"], found["dgd_status"]
+    assert any("CrashLoopBackOff" in c["state"] and c["previous"] for c in found["containers"]), found
+    excerpts = [c["log_excerpt"] for c in found["containers"]]
+    assert any("E2E-MARKER: worker exited" in e and "HF_TOKEN=[REDACTED]" in e for e in excerpts), excerpts
+    log_file = run.deploy_root / "logs" / f"readiness-{dgd_name}.log"
+    assert found["log_file"] == f"artifacts/deploy-iter-000/logs/{log_file.name}"
+    text = log_file.read_text()
+    assert "E2E-MARKER: worker exited" in text and "CUDA out of memory" in text and "HF_TOKEN=[REDACTED]" in text
+    assert "== dgd/e2e-beta-agg status" in text and "== events" in text
+    for artifact in [*run.deploy_root.rglob("*"), *target.reports.rglob("*")]:
+        if artifact.is_file():
+            assert PLANTED_TOKEN not in artifact.read_text(errors="replace"), artifact
+    # Then the policy: a crash loop that persists can never succeed; the DGD is deleted after the evidence.
+    teardown = led["teardown"]
+    assert (teardown["policy"], teardown["action"]) == ("teardown-final-failures", "deleted")
+    assert teardown["evidence_file"] == found["log_file"] and led["torn_down_at"] == teardown["at"]
+    commands = [c["command"] for c in led["commands"]]
+    logs_at = next(i for i, c in enumerate(commands) if " logs " in c and "--previous" in c)
+    delete_at = next(i for i, c in enumerate(commands) if f" delete dynamographdeployments.nvidia.com {dgd_name} " in c)
+    assert logs_at < delete_at
+    target.wait_dgd_gone(dgd_name)
+
+
+# ------------------------------------------------------------------ slow starts: the progress-aware wait
+
+NO_PROGRESS_S = 9.0  # the handoff's short no-progress bound (default 15 min)
+SLOW_S = 5.0  # each slowed transition: shorter than the bound, two of them longer
+
+
+def test_a_slow_start_that_keeps_progressing_ends_ready(target: Target,
+                                                        kwok_fault: Callable[[faults.Fault], None]) -> None:
+    # Running, containers started, not Ready for SLOW_S, then Ready SLOW_S later: no stretch without
+    # progress reaches the bound, the whole start is longer than it.
+    kwok_fault(faults.slow_start(f"e2e-slow-{target.namespace}", faults.by_dgd("e2e-beta-agg", target.namespace),
+                                 SLOW_S, SLOW_S))
+    timeouts = {"readiness_no_progress_s": NO_PROGRESS_S, "readiness_s": READINESS_S}
+    run = target.run(target.experiment("dgd-beta-agg.yaml", support={}, timeouts=timeouts))
+    led = assert_ready(run, target, dgd_name="e2e-beta-agg", served="qwen3-beta", gpus=1)
+    readiness = led["readiness"]
+    assert readiness["seconds"] > NO_PROGRESS_S, readiness
+    assert led["settings"]["timeouts"]["readiness_no_progress_s"] == NO_PROGRESS_S
+    assert readiness["last_progress"]["what"].endswith("ready") or "ready" in readiness["last_progress"]["what"]
+    assert led.get("teardown") is None
+
+
+def test_a_start_without_progress_fails_after_the_bound_with_the_last_progress(
+        target: Target, kwok_fault: Callable[[faults.Fault], None]) -> None:
+    # Running, containers started, never Ready (an engine that died behind a live API server).
+    kwok_fault(faults.slow_start(f"e2e-stuck-{target.namespace}", faults.by_dgd("e2e-beta-agg", target.namespace),
+                                 1.0, None))
+    timeouts = {"readiness_no_progress_s": NO_PROGRESS_S, "readiness_s": READINESS_S}
+    run = target.run(target.experiment("dgd-beta-agg.yaml", support={}, timeouts=timeouts))
+    led = assert_failed_at(run, "step6_readiness")
+    readiness = led["readiness"]
+    assert readiness["state"] == "no-progress", readiness
+    assert readiness["diagnosis"].startswith(f"no progress for {NO_PROGRESS_S:.0f}s") or \
+        readiness["diagnosis"].startswith("no progress for "), readiness["diagnosis"]
+    assert "last progress: pod e2e-beta-agg-" in readiness["diagnosis"] and "started" in readiness["diagnosis"]
+    assert readiness["last_progress"]["what"].startswith("pod e2e-beta-agg-")
+    assert NO_PROGRESS_S <= step(led, "step6_readiness")["duration_s"] < READINESS_S / 2
+    # Not known to be final: no failed attempt, kept for inspection with its evidence.
+    assert led["failed_attempts"] == [] and led["torn_down_at"] is None
+    assert led["teardown"]["action"] == "kept" and (run.deploy_root / "logs" / "readiness-e2e-beta-agg.log").is_file()
+    assert target.dgd("e2e-beta-agg") is not None
 
 
 # ------------------------------------------------------------------ smoke failures

@@ -175,6 +175,16 @@ def test_summary_shows_the_budget_state_and_a_spent_budget_stops_the_loop(ready:
     assert "not judged: step2_validate did not run" in report.summary_html(spent)
 
 
+def test_summary_shows_the_teardown_policy_and_what_was_done(blocked: dict[str, Any]) -> None:
+    failed = {**blocked, "teardown": {"policy": "teardown-final-failures", "action": "deleted",
+                                      "at": "2026-01-01T00:00:00Z", "reason": "crash: the attempt can never succeed",
+                                      "dgd": "demo",
+                                      "evidence_file": "artifacts/deploy-iter-000/logs/readiness-demo.log"}}
+    ledger_mod.validate(failed)
+    top = report.summary_html(failed)
+    assert "<i>teardown (teardown-final-failures):</i> deleted at 2026-01-01T00:00:00Z: crash: the attempt" in top
+
+
 def test_step_evidence_is_readable_key_values(ready: dict[str, Any]) -> None:
     page = report.render(ready)
     section = page[page.index("<h2>Step evidence</h2>"):page.index("<h2>Capacity</h2>")]

@@ -359,7 +359,7 @@ def test_readiness_waits_for_the_dgd_and_every_pod_and_records_the_engagement(fa
     data = run.ledger.data
     assert data["readiness"] == ready.as_dict() and list(data["readiness"]) == [
         "state", "dgd_state", "ready_condition", "ready_reason", "components", "allocated_at", "contention",
-        "diagnosis", "evidence", "seconds"]
+        "diagnosis", "evidence", "seconds", "last_progress"]
     assert data["allocated_at"] == ready.allocated_at
     assert json.loads(run.ledger.path.read_text())["allocated_at"] == ready.allocated_at  # saved at once
     assert [(e["pod"], e["component"], e["gpus"]) for e in data["config_engagement"]] == [
@@ -377,27 +377,70 @@ def test_a_resumed_run_keeps_its_first_allocation_time(fake, tmp_path: Path) -> 
     assert run.ledger.data["allocated_at"] == "2025-12-31T00:00:00Z"
 
 
-@pytest.mark.parametrize("keep", [False, True])
-def test_a_crash_is_a_failed_attempt_and_the_dgd_is_deleted_unless_kept(fake, tmp_path: Path, keep: bool) -> None:
-    api, kube, _ = fake
+PLANTED = "hf_" + "Q7x" * 12  # a secret-looking value planted in the crashed container's output
+
+
+def crash_looping(api: FakeApi, restarts: int = 2) -> None:
     api.watchers = 2  # a wait over two collections
     api.put(DGD, fakekube.dgd("demo", NS))
-    api.put(POD, pod("demo-worker-0", NS, labels=DGD_LABEL, waiting="CrashLoopBackOff"))
+    crashed = pod("demo-worker-0", NS, labels=DGD_LABEL, waiting="CrashLoopBackOff", node="h200-0")
+    crashed["status"]["containerStatuses"][0].update(restartCount=restarts, lastState={
+        "terminated": {"reason": "OOMKilled", "exitCode": 137}})
+    api.put(POD, crashed)
+    api.put(KNOWN["Event"], {"metadata": {"name": "demo-worker-0.b", "namespace": NS}, "type": "Warning",
+                             "reason": "BackOff", "message": "Back-off restarting failed container main",
+                             "involvedObject": {"kind": "Pod", "name": "demo-worker-0"}})
+    api.logs[(NS, "demo-worker-0")] = f"loading model\nHF_TOKEN={PLANTED}\nCUDA out of memory\n"
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_crash_keeps_its_evidence_then_is_torn_down_unless_kept(fake, tmp_path: Path, keep: bool) -> None:
+    api, kube, records = fake
+    crash_looping(api)
     run = make_run(tmp_path, step="step6_readiness", keep_on_failure=keep)
     error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
     assert error.category == "crash" and error.failed_attempt
-    assert (api.of("DELETE") != []) is not keep and (api.objects[("/apis/nvidia.com/v1alpha1",
-                                                                "dynamographdeployments")] == {}) is not keep
-    assert run.record(partial).torn_down_at == (None if keep else partial.torn_down_at)
+    assert "OOMKilled (exit code 137)" in str(error)
+    # Evidence first: the previous run's log, bounded and redacted; then (unless kept) the delete.
+    log_read = next(i for i, r in enumerate(api.requests) if r.path.endswith("/log"))
+    assert api.requests[log_read].query == {"container": "main", "tailLines": 40, "previous": "true"}
+    deletes = [i for i, r in enumerate(api.requests) if r.method == "DELETE"]
+    assert deletes == [] if keep else deletes[0] > log_read
+    assert any("logs demo-worker-0 -n demo --tail=40 -c main --previous" in r.command for r in records)
+    run.record(partial)
     data = run.ledger.data
-    assert data["readiness"] == {"state": "crash", "diagnosis": str(error), "evidence": error.evidence}
+    found = data["readiness"]["failure_evidence"]
+    (container,) = found["containers"]
+    assert container["previous"] and container["last_terminated"] == "last terminated: OOMKilled (exit code 137)"
+    assert "CUDA out of memory" in container["log_excerpt"] and "HF_TOKEN=[REDACTED]" in container["log_excerpt"]
+    assert any("BackOff" in e for e in found["events"]) and found["dgd_status"]["state"] == "pending"
+    file = tmp_path / found["log_file"]
+    assert found["log_file"] == "artifacts/deploy-iter-000/logs/readiness-demo.log"
+    assert "CUDA out of memory" in file.read_text() and PLANTED not in file.read_text()
+    assert PLANTED not in json.dumps(data)
+    ledger.validate(data)
+    teardown = data["teardown"]
+    assert teardown["policy"] == ("keep-on-failure" if keep else "teardown-final-failures")
+    assert teardown["action"] == ("kept" if keep else "deleted") and teardown["evidence_file"] == found["log_file"]
+    assert (data["torn_down_at"] is None) is keep and (data["torn_down_at"] in (None, teardown["at"]))
     (attempt,) = data["failed_attempts"]
     assert (attempt["step"], attempt["category"], attempt["diagnosis"]) == ("step6_readiness", "crash", str(error))
-    assert "waiting: CrashLoopBackOff" in attempt["evidence"][0]
-    assert (data["torn_down_at"] is None) is keep and run.evidence == {}
 
 
-def test_a_dependency_is_torn_down_but_is_not_a_failed_attempt(fake, tmp_path: Path) -> None:
+def test_a_delete_that_fails_after_the_evidence_is_recorded_not_raised(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    crash_looping(api)
+    api.fail("DELETE", f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/demo",
+             forbidden("delete", "dynamographdeployments"))
+    run = make_run(tmp_path, step="step6_readiness")
+    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    run.record(partial)
+    assert error.category == "crash" and run.ledger.data["teardown"]["action"] == "delete-failed"
+    assert run.ledger.data["torn_down_at"] is None and "cannot delete" in run.ledger.data["teardown"]["reason"]
+    ledger.validate(run.ledger.data)
+
+
+def test_a_dependency_keeps_its_evidence_and_the_dgd_and_is_not_a_failed_attempt(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
     api.watchers = 2  # a wait over two collections
     api.put(DGD, fakekube.dgd("demo", NS))
@@ -407,9 +450,78 @@ def test_a_dependency_is_torn_down_but_is_not_a_failed_attempt(fake, tmp_path: P
     run = make_run(tmp_path, step="step6_readiness")
     error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
     run.record(partial)
-    assert error.category == "dependency" and not error.failed_attempt
-    assert run.ledger.data["failed_attempts"] == [] and run.ledger.data["torn_down_at"]
+    assert error.category == "dependency" and not error.failed_attempt and api.of("DELETE") == []
+    assert run.ledger.data["failed_attempts"] == [] and run.ledger.data["torn_down_at"] is None
     assert run.ledger.data["readiness"]["state"] == "dependency"
+    assert run.ledger.data["teardown"]["action"] == "kept" and "not known to be final" in \
+        run.ledger.data["teardown"]["reason"]
+
+
+def test_a_start_that_keeps_progressing_waits_past_the_no_progress_bound(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.watchers = 2
+    api.put(DGD, fakekube.dgd("demo", NS))
+    api.put(KNOWN["Service"], {"metadata": {"name": "demo-frontend", "namespace": NS}})
+    worker = {**DGD_LABEL, "nvidia.com/dynamo-component": "VllmDecodeWorker"}
+    frontend = {**DGD_LABEL, "nvidia.com/selector": "demo-frontend"}
+    api.put(POD, pod("demo-frontend-0", NS, labels=frontend, phase="Running", ready=True, node="cpu-0"))
+    steps = [pod("demo-worker-0", NS, labels=worker, gpus=1),
+             pod("demo-worker-0", NS, labels=worker, gpus=1, node="h200-0"),
+             pod("demo-worker-0", NS, labels=worker, gpus=1, node="h200-0", phase="Running"),
+             pod("demo-worker-0", NS, labels=worker, gpus=1, node="h200-0", phase="Running", ready=True)]
+    steps[2]["status"]["containerStatuses"] = [{"name": "main", "started": True, "state": {"running": {}}}]
+    dgd_ready = fakekube.dgd("demo", NS, "successful", ready=True)
+    windows: list[float] = []
+
+    def slow_wait(condition: Any, timeout: float, on_progress: Any = None) -> Any:
+        """Each state comes 80 s after the last (less than the 100 s bound, 320 s in all)."""
+        windows.append(timeout)
+        if not steps:
+            raise AssertionError("waited after the last state")
+        fake[0].fake_clock.advance(80)
+        state = steps.pop(0)
+        seen = {"dgd": {f"{NS}/demo": dgd_ready if not steps else fakekube.dgd("demo", NS)},
+                "pods": {f"{NS}/demo-frontend-0": api.objects[("/api/v1", "pods")][(NS, "demo-frontend-0")],
+                         f"{NS}/demo-worker-0": state}}
+        done, description = condition(seen)
+        if not done:
+            fake[0].fake_clock.advance(max(0.0, timeout - 80))
+            raise WaitTimeout(condition.awaited, timeout, description)
+        return SimpleNamespace(collections=seen)
+
+    kube.wait = slow_wait  # type: ignore[method-assign]
+    run = make_run(tmp_path, step="step6_readiness", readiness_no_progress_s=100, readiness_s=3600)
+    ready = rollout.readiness(run, kube)
+    assert ready.state == "ready" and ready.seconds > 100, ready
+    # Each wait runs to the bound counted from the last progress (a wait ends 100 s after it).
+    assert windows == [100.0, 80.0, 100.0, 80.0]
+    assert ready.last_progress is not None and ready.last_progress["what"] == "pod demo-worker-0 ready"
+
+
+def test_a_start_without_progress_fails_after_the_bound_naming_the_last_progress(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.watchers = 2
+    api.put(DGD, fakekube.dgd("demo", NS))
+    stuck = pod("demo-worker-0", NS, labels=DGD_LABEL, gpus=1, node="h200-0", phase="Running")
+    stuck["status"]["containerStatuses"] = [{"name": "main", "started": True, "state": {"running": {}}}]
+    api.put(POD, stuck)
+    run = make_run(tmp_path, step="step6_readiness", readiness_no_progress_s=300, readiness_s=3600)
+    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    assert error.category == "no-progress" and not error.failed_attempt
+    assert str(error).startswith("no progress for 300s (timeouts.readiness_no_progress_s 300s); last progress: ")
+    assert "pod demo-worker-0" in str(error) and "pods ready 0/2" in str(error)
+    assert partial.last_progress["what"].startswith("pod demo-worker-0") and partial.teardown["action"] == "kept"
+    assert api.of("DELETE") == []
+
+
+def test_the_hard_cap_ends_a_wait_that_keeps_progressing(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.watchers = 2
+    api.put(DGD, fakekube.dgd("demo", NS))
+    api.script_watch(POD, NS, *[[event("ADDED", pod(f"demo-worker-{i}", NS, labels=DGD_LABEL))] for i in range(6)])
+    run = make_run(tmp_path, step="step6_readiness", readiness_no_progress_s=100, readiness_s=150)
+    error, _ = fail_with_result(lambda: rollout.readiness(run, kube))
+    assert error.category == "timeout" and "hard cap timeouts.readiness_s" in str(error)
 
 
 def test_a_reconciliation_error_stops_readiness(fake, tmp_path: Path) -> None:
@@ -428,7 +540,7 @@ def test_a_missing_frontend_service_fails_readiness(fake, tmp_path: Path) -> Non
     run = make_run(tmp_path, step="step6_readiness")
     error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
     assert error.category == "missing-frontend-service" and str(error) == "frontend Service demo-frontend is missing"
-    assert partial.torn_down_at is not None
+    assert partial.torn_down_at is None and partial.teardown["action"] == "kept"
 
 
 def test_readiness_times_out_at_its_bound(fake, tmp_path: Path) -> None:
@@ -438,8 +550,9 @@ def test_readiness_times_out_at_its_bound(fake, tmp_path: Path) -> None:
     run = make_run(tmp_path, step="step6_readiness", readiness_s=120)
     error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
     assert error.category == "timeout" and not partial.failed_attempt
-    assert str(error) == ("timed out after 120s waiting for dgd/demo Ready with all pods ready; last seen: "
-                          "dgd/demo state=pending Ready=False (NotReady), pods ready 0/2")
+    assert str(error).startswith("timed out after 120s waiting for dgd/demo Ready with all pods ready; last seen: "
+                                 "dgd/demo state=pending Ready=False (NotReady), pods ready 0/2 (the hard cap ")
+    assert "last progress: readiness wait started" in str(error)  # no pod ever appeared
 
 
 def test_a_refused_watch_stops_readiness_at_once_instead_of_timing_out(fake, tmp_path: Path) -> None:
@@ -450,7 +563,7 @@ def test_a_refused_watch_stops_readiness_at_once_instead_of_timing_out(fake, tmp
     run = make_run(tmp_path, step="step6_readiness")
     error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
     assert error.category == "api-error" and 'cannot watch resource "pods"' in str(error)  # never "timeout"
-    assert isinstance(error.__cause__, Forbidden) and partial.torn_down_at is not None
+    assert isinstance(error.__cause__, Forbidden) and partial.torn_down_at is None
 
 
 def test_readiness_rides_out_an_apiserver_restart(fake, tmp_path: Path) -> None:

@@ -73,13 +73,83 @@ def test_the_newest_event_decides():
     assert v is not None and v.category == triage.FAILED_DEPLOY
 
 
-@pytest.mark.parametrize("reason", ["CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull"])
-def test_container_failures_are_crashes(reason):
-    p = {"metadata": {"name": "w-0"}, "status": {"containerStatuses": [
-        {"name": "main", "restartCount": 3, "state": {"waiting": {"reason": reason}},
-         "lastState": {"terminated": {"exitCode": 1}}}]}}
-    v = triage.triage_containers(p)
-    assert v is not None and v.category == triage.CRASH and reason in v.diagnosis
+def waiting(reason, message="", restarts=0, terminated=None):
+    cs = {"name": "main", "restartCount": restarts, "state": {"waiting": {"reason": reason, "message": message}}}
+    if terminated:
+        cs["lastState"] = {"terminated": terminated}
+    return {"metadata": {"name": "w-0"}, "status": {"containerStatuses": [cs]}}
+
+
+# Messages below are real kubelet/containerd text (/work/shared/reference/realworld/pod-statuses.yaml).
+AUTH_401 = ('failed to pull and unpack image "registry.app.xxx.net/spm2fog/partsgo42:GitActionsNew": failed to '
+            'resolve reference "registry.app.xxx.net/spm2fog/partsgo42:GitActionsNew": pulling from host '
+            'registry.app.xxx.net failed with status code [manifests GitActionsNew]: 401 Unauthorized')
+TAG_NOT_FOUND = ('rpc error: code = NotFound desc = failed to pull and unpack image "nvcr.io/nvidia/driver:460.73.01-'
+                 'ubuntu21.04": failed to resolve reference "nvcr.io/nvidia/driver:460.73.01-ubuntu21.04": '
+                 'nvcr.io/nvidia/driver:460.73.01-ubuntu21.04: not found')
+TRUNCATED = ('Failed to pull image "nvcr.io/nvidia/cloud-native/k8s-dra-driver:v0.1.0": rpc error: code = Unknown '
+             'desc = failed to pull and unpack image "nvcr.io/nvidia/cloud-native/k8s-dra-driver:v0.1.0"')
+NETWORK = 'failed to pull and unpack image "nvcr.io/x:1": dial tcp 10.0.0.1:443: i/o timeout'
+
+
+@pytest.mark.parametrize(("pod_", "category", "words"), [
+    (waiting("CrashLoopBackOff", restarts=1), None, ""),  # the first restart may recover
+    (waiting("CrashLoopBackOff", "back-off 10s restarting failed container", restarts=2,
+             terminated={"reason": "OOMKilled", "exitCode": 137}), triage.CRASH,
+     "last terminated: OOMKilled (exit code 137)"),
+    (waiting("CrashLoopBackOff", restarts=6, terminated={"exitCode": 1}), triage.CRASH,
+     "last terminated: Error (exit code 1)"),
+    (waiting("ErrImagePull", AUTH_401), triage.DEPENDENCY, "pull secret"),
+    (waiting("ImagePullBackOff", "Back-off pulling image \"nvcr.io/x:1\": ErrImagePull: 403 Forbidden: denied"),
+     triage.DEPENDENCY, "authorization"),
+    (waiting("ErrImagePull", TAG_NOT_FOUND), triage.CRASH, "does not exist"),
+    (waiting("ErrImagePull", "manifest unknown: manifest tagged by \"nope\" is not found"), triage.CRASH,
+     "does not exist"),
+    (waiting("ErrImagePull", NETWORK), triage.PULL_RETRY, "retries"),
+    (waiting("ErrImagePull", TRUNCATED), triage.PULL_RETRY, "retries"),  # the cause was cut: not final
+    (waiting("CreateContainerConfigError", "couldn't find key SECURE_DATA in Secret default/deno-demo-secret"),
+     triage.DEPENDENCY, "couldn't find key SECURE_DATA"),
+    (waiting("InvalidImageName", "Failed to apply default image tag"), triage.CRASH, "InvalidImageName"),
+    (waiting("ContainerCreating"), None, ""),
+])
+def test_each_container_case_is_triaged_by_whether_waiting_can_help(pod_, category, words):
+    v = triage.triage_containers(pod_)
+    assert (v.category if v else None) == category
+    if v is not None:
+        assert words in v.diagnosis and v.can_wait is (category == triage.PULL_RETRY)
+
+
+def test_a_back_off_without_its_cause_is_judged_with_the_pull_events():
+    pod_ = waiting("ImagePullBackOff", 'Back-off pulling image "nvcr.io/x:1"')
+    assert triage.triage_containers(pod_).category == triage.PULL_RETRY
+    v = triage.triage_containers(pod_, [TAG_NOT_FOUND])
+    assert v.category == triage.CRASH and any(TAG_NOT_FOUND in e for e in v.evidence)
+
+
+def test_readiness_reads_the_pull_events_once_and_fails_on_a_tag_that_does_not_exist(fake):
+    api, kube = fake
+    api.put(DGD, fakekube.dgd("d", NS))
+    p = fakekube.pod("d-worker-0", NS, labels=DGD_LABEL, waiting="ImagePullBackOff")
+    api.put(KNOWN["Pod"], p)
+    api.put(KNOWN["Event"], {"metadata": {"name": "d-worker-0.pull", "namespace": NS}, "reason": "Failed",
+                             "message": TAG_NOT_FOUND, "involvedObject": {"kind": "Pod", "name": "d-worker-0"}})
+    with pytest.raises(StepFailure) as caught:
+        kube.wait(ready_wait(kube), timeout=1200)
+    assert caught.value.category == triage.CRASH and caught.value.failed_attempt
+    assert len(event_reads(api)) == 1
+
+
+def test_readiness_waits_on_a_pull_the_kubelet_retries_and_on_a_first_restart(fake):
+    api, kube = fake
+    api.put(DGD, fakekube.dgd("d", NS))
+    api.put(KNOWN["Pod"], fakekube.pod("d-worker-0", NS, labels=DGD_LABEL, waiting="ErrImagePull"))
+    once = fakekube.pod("d-worker-1", NS, labels=DGD_LABEL, waiting="CrashLoopBackOff")
+    once["status"]["containerStatuses"][0]["restartCount"] = 1
+    api.put(KNOWN["Pod"], once)
+    wait = ready_wait(kube, expected=2)
+    with pytest.raises(WaitTimeout):
+        kube.wait(wait, timeout=60)
+    assert [c["category"] for c in wait.contention] == [triage.PULL_RETRY]
 
 
 def test_a_running_container_is_not_a_crash():
@@ -247,11 +317,14 @@ def test_without_node_access_readiness_judges_from_the_message_alone(fake):
     assert [c["category"] for c in wait.contention] == [triage.CONTENTION]
 
 
-def test_readiness_names_the_crash_of_any_pod(fake):
+@pytest.mark.parametrize(("reason", "category"), [("CrashLoopBackOff", triage.CRASH),
+                                                  # a missing secret key: a dependency, not a failed attempt
+                                                  ("CreateContainerConfigError", triage.DEPENDENCY)])
+def test_readiness_names_the_container_failure_of_any_pod(fake, reason, category):
     api, kube = fake
     api.put(DGD, fakekube.dgd("d", NS))
-    api.put(KNOWN["Pod"], fakekube.pod("d-worker-0", NS, labels=DGD_LABEL, waiting="ImagePullBackOff"))
+    api.put(KNOWN["Pod"], fakekube.pod("d-worker-0", NS, labels=DGD_LABEL, waiting=reason))
     with pytest.raises(StepFailure) as caught:
         kube.wait(ready_wait(kube), timeout=1200)
-    assert caught.value.category == triage.CRASH and caught.value.failed_attempt
-    assert caught.value.evidence == ["pod d-worker-0 container main waiting: ImagePullBackOff"]
+    assert caught.value.category == category and caught.value.failed_attempt is (category == triage.CRASH)
+    assert caught.value.evidence == [f"pod d-worker-0 container main waiting: {reason}"]
