@@ -19,7 +19,7 @@ from deploy_suite.constants import DGD_KIND, LABEL_COMPONENT, LABEL_DGD_NAME, LA
 from deploy_suite.dgd import Dgd, from_documents, load_dgd
 from deploy_suite.errors import Forbidden, KubeError, StepBlocked, StepFailure, WaitTimeout
 from deploy_suite.kube import DGD, Kube, Obj
-from deploy_suite.ledger import Ledger, write_torn_down_at
+from deploy_suite.ledger import Ledger, redact, write_torn_down_at
 from deploy_suite.runstate import RunState
 from deploy_suite.workspace import PreviousDeployment
 
@@ -268,6 +268,8 @@ def _job_logs(kube: Kube, namespace: str, job: str, logs_dir: Path, lines: int =
         text = kube.pod_log(pod["metadata"]["name"], namespace, tail=lines)
     except KubeError as exc:
         text = f"(logs unavailable: {exc})"
+    # A download Job's log is where a token ends up when a script echoes its environment.
+    text = redact(text)
     logs_dir.mkdir(parents=True, exist_ok=True)  # logs/ exists only when a failure log is kept
     (logs_dir / f"job-{job}.log").write_text(text)
     return text.strip()

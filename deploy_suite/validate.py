@@ -37,6 +37,7 @@ from deploy_suite.constants import (
 )
 from deploy_suite.dgd import Dgd, from_documents
 from deploy_suite.errors import Forbidden, KubeError, NotFound, StepBlocked
+from deploy_suite.files import sha256_file
 from deploy_suite.kube import DGD, Kube, Obj
 from deploy_suite.ledger import Ledger, atomic_write_text
 from deploy_suite.references import image_tag, referenced_claims, referenced_secrets, walk
@@ -504,6 +505,8 @@ class Preflight:
     other_live_dgds: list[str]
     step: str = STEP
     budget: dict[str, Any] | None = None  # budget.BudgetState.as_dict(): the ledger's budget section
+    # The run-scoped copies' SHA-256 by type after the compatibility patches: step 1 hashed them before.
+    copy_sha256: dict[str, str] = field(default_factory=dict)
 
     def record(self, ledger: Ledger) -> dict[str, Any]:
         """Patches, limitations and the step-2 sections; every blocker but the last, which stops the
@@ -511,6 +514,8 @@ class Preflight:
         rep = self.report
         for patch in rep.patches:
             ledger.add_patch(patch.file, patch.change, patch.reason)
+        for entry in ledger.data.get("applied_manifests") or []:
+            entry["sha256"] = self.copy_sha256.get(entry["type"], entry["sha256"])
         for limitation in rep.limitations:
             ledger.add_limitation(limitation)
         capacity = (rep.capacity or {}).get("capacity")
@@ -574,7 +579,8 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
     for cls, message, fix in spent.blockers:
         report.block(cls, message, fix)
     result = Preflight(report, run.settings.served_model or report.served_model, report.frontend_service,
-                       live_names, run.current or STEP, spent.as_dict())
+                       live_names, run.current or STEP, spent.as_dict(),
+                       {kind: sha256_file(path) for kind, path in run.manifests.items()})
     stop = result.blocked()
     if stop is not None:
         raise stop

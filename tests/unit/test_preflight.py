@@ -12,6 +12,8 @@ import pytest
 
 from deploy_suite import validate
 from deploy_suite.errors import StepBlocked
+from deploy_suite.files import sha256_file
+from deploy_suite.ledger import Ledger
 from deploy_suite.runstate import RunState
 from deploy_suite.settings import Settings
 from deploy_suite.validate import Finding, Patch, Preflight, ValidationInputs, ValidationReport
@@ -44,6 +46,9 @@ def fake_run(tmp_path: Path, *, storage_class: str | None = None, served_model: 
     (exp / "inputs" / "baseline_dgd.yaml").write_text("kind: DynamoGraphDeployment\n")
     copies = artifacts / "deploy-iter-001" / "applied_manifests"
     manifests = {"deploy": copies / "deploy.yaml", "model-cache": copies / "model-cache.yaml"}
+    copies.mkdir(parents=True)
+    for kind, path in manifests.items():
+        path.write_text(f"# {kind} as step 2's patches left it\n")
     workload = SimpleNamespace(dgd_path="inputs/baseline_dgd.yaml",
                                data={"kubernetes": {"namespace": "ns", "storage_class": "from-workload"},
                                      "resources": {"gpu_ceiling": 16}})
@@ -178,3 +183,15 @@ def test_a_spent_budget_blocks_step2_last_and_the_budget_section_is_recorded(
     state.record(result)
     assert state.ledger.data["budget"] == result.budget
     assert state.ledger.data["preflight"]["blockers"] == ["secret", "budget"]
+
+
+def test_the_ledger_hashes_the_copies_as_step_2_leaves_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Step 1 hashed the copies before step 2's compatibility patches rewrote them.
+    run = fake_run(tmp_path)
+    gates_returning(monkeypatch, ValidationReport())
+    result = validate.preflight(run, kube=SimpleNamespace(context=CONTEXT))
+    ledger = Ledger({"applied_manifests": [{"type": "deploy", "sha256": "stale"},
+                                           {"type": "model-cache", "sha256": "stale"}]})
+    result.record(ledger)
+    assert [e["sha256"] for e in ledger.data["applied_manifests"]] == [
+        sha256_file(run.manifests["deploy"]), sha256_file(run.manifests["model-cache"])]

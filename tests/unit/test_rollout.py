@@ -263,6 +263,23 @@ def test_a_failed_job_fails_fast_keeps_its_log_and_carries_the_diagnostic(fake, 
                           "log_file": "artifacts/deploy-iter-000/logs/job-model-download.log"}
 
 
+
+def test_a_failed_jobs_log_is_redacted_in_the_file_and_the_ledger(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.watchers = 2
+    token = "hf_" + "Ab3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF"
+    api.put(POD, pod("model-download-x1", NS, labels={"job-name": "model-download"}))
+    api.logs[(NS, "model-download-x1")] = f"HF_TOKEN={token}\nGatedRepoError: 401\n"
+    api.script_watch(JOB, NS, [event("MODIFIED", job("model-download", NS, "Failed"))])
+    run = make_run(tmp_path, step="step4_support_manifests", support={"model-download": DOWNLOAD})
+    error, partial = fail_with_result(lambda: rollout.support(run, kube))
+    log = (run.deploy_root / "logs" / "job-model-download.log").read_text()
+    assert token not in log and "GatedRepoError: 401" in log
+    assert token not in str(error)
+    run.record(partial)
+    assert token not in json.dumps(run.ledger.data)
+
+
 def test_a_job_that_never_completes_times_out(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
     api.watchers = 2  # the Job and its pods
