@@ -236,6 +236,11 @@ class OfflineCluster:
             cmd += ["--kube-apiserver-port", str(self.apiserver_port)]
         self.log(f"starting cluster {self.name}: etcd, kube-apiserver, kube-controller-manager, "
                  "kube-scheduler, kwok-controller")
+        # The marker exists before the first process starts: an `up` interrupted (Ctrl-C, SIGTERM)
+        # while kwokctl starts etcd and the apiserver leaves a directory `down` recognises as ours.
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.marker_path.write_text(json.dumps({"name": self.name, "kubeconfig": str(self.kubeconfig),
+                                                "created_by": "deploy-suite", "starting": True}))
         done = procs.run(cmd, env=self._kwokctl_env(), tied=True)
         if done.returncode != 0:
             tail = done.output[-1500:].strip()

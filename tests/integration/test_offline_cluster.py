@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 
 from deploy_suite.errors import StepFailure
 from deploy_suite.kube import Kube, Obj
-from deploy_suite.offline import binaries
+from deploy_suite.offline import binaries, procs
 from deploy_suite.offline.cluster import OfflineCluster, workdir
 
 pytestmark = pytest.mark.cluster
@@ -270,6 +272,31 @@ def test_a_stale_state_directory_is_refused_then_cleaned_by_down() -> None:
     one_error_line(run_cli("cluster", "up", "--name", "stale1"), "stale state directory")
     assert run_cli("cluster", "down", "--name", "stale1").returncode == 0
     assert not stale.exists()
+
+
+def test_an_up_interrupted_while_starting_is_cleaned_by_down() -> None:
+    # SIGTERM as soon as kwokctl has started a control-plane process: the marker must already exist.
+    name = f"int{os.getpid()}"
+    state = workdir() / "clusters" / name
+    up = subprocess.Popen([*CLI, "cluster", "up", "--name", name], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((state / "pids").glob("*.pid")) and up.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        up.send_signal(signal.SIGTERM)
+        up.wait(30)
+        started = [int(p.read_text()) for p in (state / "pids").glob("*.pid") if p.read_text().strip().isdigit()]
+        assert started, "no control-plane process was started before the interruption"
+    finally:
+        down = run_cli("cluster", "down", "--name", name)
+    assert down.returncode == 0, down.stderr
+    assert not state.exists()
+    # Orphans are reaped by init a moment after they exit: wait for that, bounded.
+    deadline = time.monotonic() + 10
+    while [p for p in started if procs.alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in started if procs.alive(p)]
 
 
 def test_a_directory_we_did_not_create_is_never_touched() -> None:
