@@ -349,6 +349,11 @@ class Ledger:
         if command not in self.data["cleanup_commands"]:
             self.data["cleanup_commands"].append(command)
 
+    def add_hold_decision(self, decision: Mapping[str, Any]) -> None:
+        """A decision to keep waiting instead of failing (capacity contention), with its evidence."""
+        if dict(decision) not in self.data["hold_decisions"]:
+            self.data["hold_decisions"].append(dict(decision))
+
     def add_config_engagement(self, evidence: str | Mapping[str, Any]) -> None:
         self.data["config_engagement"].append(evidence if isinstance(evidence, str) else dict(evidence))
 

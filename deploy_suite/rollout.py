@@ -393,6 +393,12 @@ class Readiness:
                              "teardown"}}
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        # Every contention wait was a decision to hold rather than fail: the procedure asks for its
+        # evidence line and next-check interval in the ledger.
+        for seen in self.contention:
+            ledger.add_hold_decision({"at": seen.get("at"), "step": "step6_readiness", "decision": "wait",
+                                      "category": seen.get("category"), "reason": seen.get("diagnosis"),
+                                      "evidence": seen.get("evidence"), "next_check_s": seen.get("next_check_s")})
         if self.failed:
             ledger.set_section("readiness", {"state": self.state, "diagnosis": self.diagnosis,
                                              "evidence": self.evidence, "last_progress": self.last_progress,

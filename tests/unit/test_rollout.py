@@ -598,3 +598,21 @@ def test_named_conditions_say_what_they_await() -> None:
                                                         "to be deleted"
     assert conditions.pods_gone(NS, "a=b")({"pods": {}}) == (True, "no pods left")
     assert conditions.pvc_bound(NS, "c")({"pvc": {}}) == (False, "pvc/c phase=None")
+
+
+def test_every_contention_wait_is_recorded_as_a_hold_decision(tmp_path: Path) -> None:
+    # The procedure: contention is a legitimate wait, with its evidence line and next check recorded.
+    seen = {"category": "contention", "diagnosis": "pod d-w-0 is waiting for capacity (nvidia.com/gpu)",
+            "evidence": ["pod d-w-0: FailedScheduling: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu."],
+            "can_wait": True, "next_check_s": 30.0, "at": "2026-01-01T00:00:00Z", "next_check_at_s": 30.0}
+    book = ledger.Ledger(ledger.new_document(deploy_id="deploy-iter-000", iteration=0, provenance="user-interviewer",
+                                             review_id=None, step_names=("step6_readiness",), settings={}))
+    ready = rollout.Readiness("ready", contention=[seen])
+    ready.record(book)
+    ready.record(book)  # a resumed run records the same wait once
+    assert book.data["hold_decisions"] == [{
+        "at": "2026-01-01T00:00:00Z", "step": "step6_readiness", "decision": "wait", "category": "contention",
+        "reason": seen["diagnosis"], "evidence": seen["evidence"], "next_check_s": 30.0}]
+    failed = rollout.Readiness("dependency", contention=[seen], failed=True, diagnosis="x")
+    failed.record(book)
+    assert len(book.data["hold_decisions"]) == 1
