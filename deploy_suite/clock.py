@@ -69,6 +69,11 @@ def install(clock: Clock) -> Clock:
     return previous
 
 
+def current() -> Clock:
+    """The installed clock (a test advances its FakeClock through this)."""
+    return _current
+
+
 def monotonic() -> float:
     return _current.monotonic()
 

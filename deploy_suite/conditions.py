@@ -67,6 +67,8 @@ class PendingTriage:
         self.nodes = nodes
         self.recheck_s = recheck_s
         self._seen: dict[str, str] = {}
+        # When a pod waiting for capacity is due to be triaged again (clock.monotonic()).
+        self._due: dict[str, float] = {}
         self._pulls: dict[str, tuple[str, triage.Verdict]] = {}
 
     def verdict(self, pod: Obj) -> triage.Verdict | None:
@@ -76,14 +78,21 @@ class PendingTriage:
             return None
         name = pod["metadata"]["name"]
         stamp = f"{cond.get('lastTransitionTime')}{cond.get('message')}"
-        if self._seen.get(name) == stamp:
+        due = self._due.get(name)
+        if self._seen.get(name) == stamp and (due is None or clock.monotonic() < due):
             return None
+        # A new verdict, or a wait whose recorded next check has come: read the events again (the
+        # scheduler rewrites the condition only when its reason changes).
         verdict = triage.triage_pending(pod, self.kube.events_for(name, self.namespace), self.nodes, self.recheck_s)
         if verdict is not None and verdict.category == triage.DEPENDENCY and self._stale_claim(verdict):
             # The scheduler judged from a cache that had not seen the claim yet (it exists now); it
             # retries on the claim's add event. Not recorded as seen: the next pod update re-judges.
             return None
         self._seen[name] = stamp
+        if verdict is not None and verdict.can_wait and verdict.next_check_s:
+            self._due[name] = clock.monotonic() + verdict.next_check_s
+        else:
+            self._due.pop(name, None)
         return verdict
 
     def _stale_claim(self, verdict: triage.Verdict) -> bool:

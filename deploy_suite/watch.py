@@ -36,6 +36,8 @@ BACKOFF_FIRST_S = 0.05
 BACKOFF_CAP_S = 1.0
 # A controller's pause before it relists after a refusal (see stream()).
 CONTROLLER_PAUSE_S = 1.0
+# A wait over several collections judges at least this often, with or without changes.
+TICK_S = 5.0
 GONE = 410
 SYNC = "SYNC"  # a Change carrying a fresh list: the whole collection as the server has it now
 
@@ -204,11 +206,13 @@ def _apply(objects: dict[str, Obj], change: Change) -> None:
 
 
 def wait(source: Source, watches: Mapping[str, Watch], judge: Judge, *, awaited: str, timeout: float,
-         on_progress: Callable[[str], None] | None = None, chunk: float = 60.0) -> WaitState:
+         on_progress: Callable[[str], None] | None = None, chunk: float = 60.0, tick: float = TICK_S) -> WaitState:
     """Watch ``watches`` until ``judge`` says done; :class:`WaitTimeout` when ``timeout`` runs out.
 
     React to events as they come: no polling interval. The judge runs once every collection has
-    been listed, then after every burst of changes (the initial lists arrive as one); a change of its
+    been listed, then after every burst of changes (the initial lists arrive as one) and, over
+    several collections, at least every ``tick`` seconds (so time-based judgements, such as a
+    contention wait's next check or a no-progress bound, happen on time); a change of its
     description is reported through ``on_progress``. On expiry the timeout says what was awaited,
     for how long, the last state seen and the temporary error being retried, if any.
     """
@@ -221,7 +225,7 @@ def wait(source: Source, watches: Mapping[str, Watch], judge: Judge, *, awaited:
     state = WaitState({label: {} for label in watches})
     synced: set[str] = set()
     try:
-        with contextlib.closing(_merged(feeds, stop)) as merged:
+        with contextlib.closing(_merged(feeds, stop, tick)) as merged:
             for burst in merged:
                 for label, change in burst:
                     _apply(state.collections[label], change)
@@ -241,7 +245,8 @@ def wait(source: Source, watches: Mapping[str, Watch], judge: Judge, *, awaited:
     raise WaitTimeout(awaited, clock.monotonic() - started, "; ".join(filter(None, [state.description, retrying])))
 
 
-def _merged(feeds: Mapping[str, ListWatch], stop: threading.Event) -> Generator[Burst, None, None]:
+def _merged(feeds: Mapping[str, ListWatch], stop: threading.Event,
+            tick: float = math.inf) -> Generator[Burst, None, None]:
     """Every feed's changes, in bursts of what has arrived (at least one change each); ends when
     every feed has ended.
 
@@ -276,10 +281,14 @@ def _merged(feeds: Mapping[str, ListWatch], stop: threading.Event) -> Generator[
     while running:
         # Until every feed has listed (or ended), nothing can be judged: wait for them; each ends
         # by itself at the deadline. After that the deadline is kept here to the moment.
-        timeout = max(0.0, deadline - clock.monotonic()) if len(listed) == len(feeds) else None
+        remaining = max(0.0, deadline - clock.monotonic())
+        timeout = min(remaining, tick) if len(listed) == len(feeds) else None
         try:
             items = [arrived.get(timeout=timeout)]
         except queue.Empty:
+            if timeout is not None and timeout < remaining:
+                yield []  # a tick: nothing changed, time passed
+                continue
             return
         with contextlib.suppress(queue.Empty):
             while True:  # drain a burst (the initial lists) before judging

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deploy_suite import conditions, triage
+from deploy_suite import clock, conditions, triage
 from deploy_suite.errors import StepFailure, WaitTimeout
 from deploy_suite.kube import DGD, KNOWN
 from deploy_suite.smoke import parse_instance_id
@@ -328,3 +328,21 @@ def test_readiness_names_the_container_failure_of_any_pod(fake, reason, category
         kube.wait(ready_wait(kube), timeout=1200)
     assert caught.value.category == category and caught.value.failed_attempt is (category == triage.CRASH)
     assert caught.value.evidence == [f"pod d-worker-0 container main waiting: {reason}"]
+
+
+def test_a_contention_wait_is_triaged_again_when_its_next_check_comes(fake):
+    # The verdict says "next check in 45s": without a new scheduler message the pod is re-read then.
+    api, kube = fake
+    scheduled(api, "d-w-0", INSUFFICIENT, DGD_LABEL)
+    waiting = pending("d-w-0", INSUFFICIENT, DGD_LABEL)
+    triager = conditions.PendingTriage(kube, NS, recheck_s=45.0)
+    first = triager.verdict(waiting)
+    assert first is not None and first.category == triage.CONTENTION and first.next_check_s == 45.0
+    assert triager.verdict(waiting) is None  # the same message, not yet due
+    fake_clock = clock.current()
+    assert isinstance(fake_clock, clock.FakeClock)
+    fake_clock.advance(46)
+    again = triager.verdict(waiting)
+    assert again is not None and again.category == triage.CONTENTION
+    assert len(event_reads(api)) == 2
+    assert triager.verdict(waiting) is None  # due again only 45 s later
