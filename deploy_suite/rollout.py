@@ -537,22 +537,25 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
         found, text = evidence.collect(kube, run.namespace, dgd.name)
         found.log_file = run.rel(evidence.write(run.deploy_root / "logs", dgd.name, text))
         failed.failure_evidence = found.as_dict()
-        failed.teardown = teardown(kube, run.namespace, dgd.name, failed, keep=run.settings.keep_on_failure)
+        failed.teardown = teardown(kube, run.namespace, dgd.name, failed, keep=run.settings.keep_on_failure,
+                                   pods_gone_s=t.retire_s, on_progress=run.progress)
         failed.teardown["evidence_file"] = found.log_file
-        if failed.teardown["action"] == "deleted":
-            failed.torn_down_at = failed.teardown["at"]
+        if failed.teardown.get("pods_gone_at"):
+            failed.torn_down_at = failed.teardown["pods_gone_at"]
         exc.result = failed
         raise
     out.config_engagement = config_engagement(kube, run.namespace, dgd)
     return out
 
 
-def teardown(kube: Kube, namespace: str, dgd_name: str, failed: Readiness, *, keep: bool) -> dict[str, Any]:
+def teardown(kube: Kube, namespace: str, dgd_name: str, failed: Readiness, *, keep: bool,
+             pods_gone_s: float = 600.0, on_progress: Progress = _quiet) -> dict[str, Any]:
     """The teardown policy, after the evidence is kept: an attempt that can never succeed (a failed
     attempt: taint, selector, a request no node can hold, a crash loop that persists, an image that
     does not exist) is deleted to free its GPUs; anything else (a dependency to fix, no progress, an
     API refusal, a missing Service) is kept, since fixing it or waiting may still make it ready.
-    ``--keep-on-failure`` keeps everything."""
+    ``--keep-on-failure`` keeps everything. After a delete, ``pods_gone_at`` is when its pods were
+    gone (the GPUs free: ``torn_down_at``); a bounded wait, left unset when they outlast it."""
     entry = {"policy": POLICY_KEEP if keep else POLICY_TEARDOWN, "dgd": dgd_name}
     if keep:
         return {**entry, "action": "kept", "reason": "--keep-on-failure: everything kept for debugging",
@@ -566,5 +569,10 @@ def teardown(kube: Kube, namespace: str, dgd_name: str, failed: Readiness, *, ke
     except KubeError as exc:  # the failure and its evidence stay the story; the cleanup command is in the ledger
         return {**entry, "action": "delete-failed", "at": clock.iso_now(),
                 "reason": f"{failed.state}: the attempt can never succeed as written, but the delete failed: {exc}"}
-    return {**entry, "action": "deleted", "at": clock.iso_now(),
-            "reason": f"{failed.state}: the attempt can never succeed as written; deleted to free its GPUs"}
+    deleted = {**entry, "action": "deleted", "at": clock.iso_now(),
+               "reason": f"{failed.state}: the attempt can never succeed as written; deleted to free its GPUs"}
+    try:
+        kube.wait(conditions.dgd_pods_gone(namespace, dgd_name), timeout=pods_gone_s, on_progress=on_progress)
+    except (WaitTimeout, KubeError) as exc:
+        return {**deleted, "pods_gone_at": None, "reason": f"{deleted['reason']}; its pods were not seen gone: {exc}"}
+    return {**deleted, "pods_gone_at": clock.iso_now()}

@@ -30,6 +30,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from deploy_suite import clock
+from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.kube import CommandRecord, Kube, Resource
 
 Obj = dict[str, Any]
@@ -142,6 +143,8 @@ class FakeApi:
     # How many watches one wait holds open at once (2 for a DGD and its pods): held watches let
     # time move only when all of them are held, so no collection misses its events.
     watchers: int = 1
+    # Delete a DGD's pods with it, as owner references and the garbage collector do (opt-in).
+    garbage_collect: bool = False
     _held: list[float] = field(default_factory=list)
     _lock: threading.Condition = field(default_factory=threading.Condition)
 
@@ -284,6 +287,12 @@ class FakeApi:
         found = self._bucket(where).pop((where.namespace or "", where.name or ""), None)
         if found is None:
             raise status(404, "NotFound", f'{where.plural} "{where.name}" not found')
+        if where.plural == "dynamographdeployments" and self.garbage_collect:
+            # The operator's children are owned by the DGD: garbage collection removes its pods.
+            pods = self.objects.get(("/api/v1", "pods"), {})
+            for k in [k for k, p in pods.items() if k[0] == (where.namespace or "") and
+                      (p.get("metadata", {}).get("labels") or {}).get(LABEL_DGD_NAME) == where.name]:
+                del pods[k]
         return {"kind": "Status", "status": "Success"}
 
     def _store(self, where: _Path, obj: Obj) -> Obj:

@@ -413,6 +413,7 @@ def crash_looping(api: FakeApi, restarts: int = 2) -> None:
 @pytest.mark.parametrize("keep", [False, True])
 def test_a_crash_keeps_its_evidence_then_is_torn_down_unless_kept(fake, tmp_path: Path, keep: bool) -> None:
     api, kube, records = fake
+    api.garbage_collect = True
     crash_looping(api)
     run = make_run(tmp_path, step="step6_readiness", keep_on_failure=keep)
     error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
@@ -439,7 +440,8 @@ def test_a_crash_keeps_its_evidence_then_is_torn_down_unless_kept(fake, tmp_path
     teardown = data["teardown"]
     assert teardown["policy"] == ("keep-on-failure" if keep else "teardown-final-failures")
     assert teardown["action"] == ("kept" if keep else "deleted") and teardown["evidence_file"] == found["log_file"]
-    assert (data["torn_down_at"] is None) is keep and (data["torn_down_at"] in (None, teardown["at"]))
+    # torn_down_at is when the pods were gone (the GPUs free), after the delete.
+    assert data["torn_down_at"] == (None if keep else teardown["pods_gone_at"])
     (attempt,) = data["failed_attempts"]
     assert (attempt["step"], attempt["category"], attempt["diagnosis"]) == ("step6_readiness", "crash", str(error))
 
@@ -616,3 +618,17 @@ def test_every_contention_wait_is_recorded_as_a_hold_decision(tmp_path: Path) ->
     failed = rollout.Readiness("dependency", contention=[seen], failed=True, diagnosis="x")
     failed.record(book)
     assert len(book.data["hold_decisions"]) == 1
+
+
+def test_a_teardown_whose_pods_outlast_the_wait_claims_no_torn_down_at(fake, tmp_path: Path) -> None:
+    # torn_down_at means the GPUs are free: not claimed while the deleted DGD's pods are still there.
+    api, kube, _ = fake
+    crash_looping(api)  # the fake's garbage collector is off: the pods stay
+    run = make_run(tmp_path, step="step6_readiness", retire_s=1)
+    _error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    run.record(partial)
+    teardown = run.ledger.data["teardown"]
+    assert teardown["action"] == "deleted" and teardown["pods_gone_at"] is None
+    assert "its pods were not seen gone" in teardown["reason"]
+    assert run.ledger.data["torn_down_at"] is None
+    ledger.validate(run.ledger.data)
