@@ -189,6 +189,7 @@ def summary_html(ledger: Mapping[str, Any], ledger_path: str | None = None, link
          else muted("not known yet")),
     ]
     pairs.append(("GPU allocation", _allocation(ledger)))
+    pairs.append(("ownership", _ownership(ledger)))
     pairs.append(("budget", _budget(ledger)))
     if ledger_path:
         pairs.append(("ledger", f"<code>{esc(ledger_path)}</code>"))
@@ -223,6 +224,18 @@ def _box(label: str, css: str, items: list[str], when_empty: str = "") -> str:
         return f'<div class="dsr-box dsr-ok"><b class="dsr-label">{label}</b>none{when_empty}</div>'
     return (f'<div class="dsr-box {css}"><b class="dsr-label">{label} ({len(items)})</b>'
             f"<ul>{''.join(items)}</ul></div>")
+
+
+def _ownership(ledger: Mapping[str, Any]) -> str:
+    """Whose the DGD is (README, "Ownership"): the field manager step 5 applied it with."""
+    applied = ledger.get("applied_dgd")
+    if not isinstance(applied, Mapping):
+        return muted("not applied by this run")
+    manager = applied.get("field_manager")
+    if not manager:
+        return f"applied, uid <code>{esc(applied.get('uid'))}</code>"
+    return (f"applied with field manager <code>{esc(manager)}</code>, uid <code>{esc(applied.get('uid'))}</code> "
+            + muted("(a same-named DGD without this manager is never changed or deleted)"))
 
 
 def _allocation(ledger: Mapping[str, Any]) -> str:

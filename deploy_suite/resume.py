@@ -26,11 +26,14 @@ from deploy_suite import clock
 Whose = Literal["mine", "previous", "unknown"]
 
 
-def applied_record(obj: Mapping[str, Any], kube_context: str, at: str) -> dict[str, Any]:
-    """The ``applied_dgd`` section from the object the apply returned."""
+def applied_record(obj: Mapping[str, Any], kube_context: str, at: str,
+                   field_manager: str | None = None) -> dict[str, Any]:
+    """The ``applied_dgd`` section from the object the apply returned; ``field_manager`` is the
+    server-side-apply manager that marks the DGD as this experiment's (deploy_suite/ownership.py)."""
     meta = obj.get("metadata") or {}
-    return {"name": meta.get("name"), "namespace": meta.get("namespace"), "kube_context": kube_context,
-            "uid": meta.get("uid"), "applied_at": at}
+    record = {"name": meta.get("name"), "namespace": meta.get("namespace"), "kube_context": kube_context,
+              "uid": meta.get("uid"), "applied_at": at}
+    return {**record, "field_manager": field_manager} if field_manager else record
 
 
 def recorded_uid(data: Mapping[str, Any] | None) -> str | None:

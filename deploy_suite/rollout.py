@@ -350,7 +350,8 @@ def _record_own_apply(run: RunState, kube: Kube, dgd: Dgd, applied: Sequence[Obj
                None)
     data = run.ledger.data
     if obj is not None:
-        run.ledger.set_section("applied_dgd", resume.applied_record(obj, kube.context, clock.iso_now()))
+        run.ledger.set_section("applied_dgd", resume.applied_record(obj, kube.context, clock.iso_now(),
+                                                                    kube.field_manager))
     reset = resume.reopen(data)
     if reset is not None:
         data["reapplies"].append({"at": clock.iso_now(), "dgd": dgd.name, "reason": "re-applied after a teardown",

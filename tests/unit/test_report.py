@@ -266,3 +266,14 @@ def test_summary_shows_the_allocation_intervals_and_gpu_hours(ready: dict[str, A
     top = report.summary_html(reran)
     assert "2 interval(s) from 2026-06-01T10:00:00Z, 1.5 GPU-hours; torn down at 2026-06-01T12:30:00Z" in top
     assert "no GPU pod bound yet" in report.summary_html({**ready, "allocated_at": None})
+
+
+def test_summary_says_whose_the_dgd_is(ready: dict[str, Any]) -> None:
+    led = copy.deepcopy(ready)
+    led["applied_dgd"] = {"name": "demo", "namespace": "ns", "kube_context": "c", "uid": "u-1",
+                          "applied_at": "2026-01-01T00:00:00Z", "field_manager": "deploy-suite/0123456789ab"}
+    ledger_mod.validate(led)
+    top = report.summary_html(led)
+    assert "applied with field manager <code>deploy-suite/0123456789ab</code>, uid <code>u-1</code>" in top
+    led["applied_dgd"] = None
+    assert "not applied by this run" in report.summary_html(led)

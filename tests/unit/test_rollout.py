@@ -324,8 +324,12 @@ def test_the_apply_never_changes_a_same_named_dgd_of_someone_else(fake, tmp_path
 def test_the_apply_goes_over_this_experiments_own_dgd(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
     api.put(DGD, fakekube.dgd("demo", NS, manager=kube.field_manager))
-    applied = rollout.apply(make_run(tmp_path, step="step5_apply"), kube)
+    run = make_run(tmp_path, step="step5_apply")
+    applied = rollout.apply(run, kube)
     assert applied.owner_before == "ours" and len(api.of("PATCH")) == 1
+    # The ledger names the manager that marks the DGD as the experiment's (the report shows it).
+    assert run.ledger.data["applied_dgd"]["field_manager"] == kube.field_manager
+    ledger.validate(run.ledger.data)
 
 
 def test_retire_never_deletes_a_same_named_dgd_of_someone_else(fake, tmp_path: Path) -> None:
