@@ -80,7 +80,7 @@ def waiting(reason, message="", restarts=0, terminated=None):
     return {"metadata": {"name": "w-0"}, "status": {"containerStatuses": [cs]}}
 
 
-# Messages below are real kubelet/containerd text (/work/shared/reference/realworld/pod-statuses.yaml).
+# Messages below are real kubelet/containerd text, copied from pod statuses of public clusters.
 AUTH_401 = ('failed to pull and unpack image "registry.app.xxx.net/spm2fog/partsgo42:GitActionsNew": failed to '
             'resolve reference "registry.app.xxx.net/spm2fog/partsgo42:GitActionsNew": pulling from host '
             'registry.app.xxx.net failed with status code [manifests GitActionsNew]: 401 Unauthorized')
