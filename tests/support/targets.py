@@ -162,4 +162,9 @@ def admin_target(cluster: OfflineCluster, tmp: Path, prefix: str, kind: type[Tar
         for fault in target.kwok_faults:
             faults.remove(kube, fault)  # cluster-scoped: never left behind for the next test
         kube.delete("Namespace", target.namespace)  # its DGDs, pods and serving processes go with it
+        # Terminating pods still hold their GPUs (step 2 counts them, as it must): the next test on
+        # this cluster starts only when this one's pods are gone.
+        kube.wait_for("Pod", lambda pods: (not pods, f"{len(pods)} pod(s) left"),
+                      awaited=f"the pods of namespace {target.namespace} to be gone", timeout=120,
+                      namespace=target.namespace)
         kube.close()
