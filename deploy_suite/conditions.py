@@ -132,12 +132,14 @@ def dgd_gone(namespace: str, name: str) -> Named:
     return Named(f"dgd/{name} to disappear", {"dgd": Watch(DGD, namespace, name)}, judge)
 
 
-def pods_gone(namespace: str, label_selector: str) -> Named:
+def pods_gone(namespace: str, label_selector: str | None = None) -> Named:
+    """Every pod of ``namespace`` (those matching ``label_selector`` when given) is gone."""
     def judge(seen: Seen) -> tuple[bool, str]:
         names = sorted(o["metadata"]["name"] for o in seen["pods"].values())
         return not names, f"{len(names)} pods left: {', '.join(names[:4])}" if names else "no pods left"
 
-    return Named(f"pods labelled {label_selector} to be deleted",
+    which = f"pods labelled {label_selector}" if label_selector else f"the pods of namespace {namespace}"
+    return Named(f"{which} to be deleted",
                  {"pods": Watch("Pod", namespace, label_selector=label_selector)}, judge)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from deploy_suite import yamlio
+from deploy_suite import conditions, yamlio
 from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import MANIFESTS, OfflineCluster
@@ -164,7 +164,5 @@ def admin_target(cluster: OfflineCluster, tmp: Path, prefix: str, kind: type[Tar
         kube.delete("Namespace", target.namespace)  # its DGDs, pods and serving processes go with it
         # Terminating pods still hold their GPUs (step 2 counts them, as it must): the next test on
         # this cluster starts only when this one's pods are gone.
-        kube.wait_for("Pod", lambda pods: (not pods, f"{len(pods)} pod(s) left"),
-                      awaited=f"the pods of namespace {target.namespace} to be gone", timeout=120,
-                      namespace=target.namespace)
+        kube.wait(conditions.pods_gone(target.namespace), timeout=120)
         kube.close()

@@ -197,12 +197,17 @@ def event_reads(api):
     return [r for r in api.requests if r.path.endswith("/events")]
 
 
-def test_a_job_pod_that_can_never_schedule_stops_the_job_wait_with_the_schedulers_words(fake):
-    api, kube = fake
-    scheduled(api, "model-download-x", TAINT_AND_SELECTOR, {"job-name": "model-download"})
+def job_wait_stopped(api, kube, message):
+    """The model-download Job's wait, its pod unschedulable with ``message``: the StepFailure it stops with."""
+    scheduled(api, "model-download-x", message, {"job-name": "model-download"})
     api.put(KNOWN["Job"], fakekube.job("model-download", NS))
     with pytest.raises(StepFailure) as caught:
         kube.wait(conditions.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
+    return caught
+
+
+def test_a_job_pod_that_can_never_schedule_stops_the_job_wait_with_the_schedulers_words(fake):
+    caught = job_wait_stopped(*fake, TAINT_AND_SELECTOR)
     assert caught.value.category == triage.FAILED_DEPLOY
     assert str(caught.value).startswith("model-download job model-download cannot run: pod model-download-x can "
                                         "never schedule as written")
@@ -210,11 +215,7 @@ def test_a_job_pod_that_can_never_schedule_stops_the_job_wait_with_the_scheduler
 
 
 def test_a_job_pod_on_an_unbound_claim_is_a_dependency(fake):
-    api, kube = fake
-    scheduled(api, "model-download-x", UNBOUND, {"job-name": "model-download"})
-    api.put(KNOWN["Job"], fakekube.job("model-download", NS))
-    with pytest.raises(StepFailure) as caught:
-        kube.wait(conditions.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
+    caught = job_wait_stopped(*fake, UNBOUND)
     assert caught.value.category == triage.DEPENDENCY and not caught.value.failed_attempt
 
 
@@ -235,11 +236,7 @@ def test_a_claim_the_scheduler_has_not_seen_yet_is_waited_for_not_a_dependency(f
 
 
 def test_a_claim_that_really_does_not_exist_is_a_dependency(fake):
-    api, kube = fake
-    scheduled(api, "model-download-x", NOT_FOUND, {"job-name": "model-download"})
-    api.put(KNOWN["Job"], fakekube.job("model-download", NS))
-    with pytest.raises(StepFailure) as caught:
-        kube.wait(conditions.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
+    caught = job_wait_stopped(*fake, NOT_FOUND)
     assert caught.value.category == triage.DEPENDENCY and "model-cache" in str(caught.value)
 
 
