@@ -22,6 +22,7 @@ from deploy_suite.constants import DGD_GROUP, DGD_KIND, DGD_PLURAL, LABEL_DGD_NA
 from deploy_suite.errors import KubeError, NotFound, ReconcileError
 from deploy_suite.kube import Kube, Obj, Resource
 from deploy_suite.offline import dynamo_env
+from deploy_suite.offline.operator_sim import profiles
 from deploy_suite.offline.operator_sim.plan import Plan, build_plan, child_name, deployment_readiness, is_alpha
 from deploy_suite.offline.operator_sim.serving import Servings
 
@@ -67,8 +68,12 @@ class WorkQueue:
 
 class OperatorSim:
     def __init__(self, kube: Kube, cluster_dir: Path, log: Log, serve: bool = True,
-                 dynamo_version: str = dynamo_env.DEFAULT_VERSION) -> None:
+                 dynamo_version: str = dynamo_env.DEFAULT_VERSION,
+                 profile: profiles.Profile | None = None, orchestrators: tuple[str, ...] = ()) -> None:
         self.kube = kube
+        self.profile = profile or profiles.get(profiles.DEFAULT_PROFILE)
+        self.orchestrators = orchestrators
+        self.dgd = self.profile.dgd
         self.dynamo_root = cluster_dir / "dynamo"
         self.log = log
         self.queue = WorkQueue()
@@ -80,7 +85,7 @@ class OperatorSim:
     def loops(self, stop: threading.Event) -> list[Loop]:
         sel = LABEL_DGD_NAME
         return [
-            ("operator-sim/dgds", lambda: self.kube.watch_events(DGD_BETA, stop), self.on_dgd),
+            ("operator-sim/dgds", lambda: self.kube.watch_events(self.dgd, stop), self.on_dgd),
             ("operator-sim/deployments", lambda: self.kube.watch_events("Deployment", stop, label_selector=sel),
              self.on_owned),
             ("operator-sim/pods", lambda: self.kube.watch_events("Pod", stop, label_selector=sel), self.on_owned),
@@ -137,7 +142,7 @@ class OperatorSim:
         if not self.dynamo_root.is_dir():
             return
         try:
-            items, _ = self.kube.list_items(DGD_BETA)
+            items, _ = self.kube.list_items(self.dgd)
         except KubeError as exc:
             self.log(f"operator-sim: cannot list DGDs for orphan cleanup: {exc}")
             return
@@ -145,19 +150,21 @@ class OperatorSim:
 
     def reconcile(self, key: str) -> None:
         namespace, name = key.split("/", 1)
-        obj = self.kube.get_or_none(DGD_BETA, name, namespace)
+        obj = self.kube.get_or_none(self.dgd, name, namespace)
         if obj is None:
             self.forget(key)
             return
         if obj["metadata"].get("deletionTimestamp"):
             return  # the garbage collector removes the children; nothing to report
-        res = DGD_ALPHA if is_alpha(obj) else DGD_BETA
+        # Without conversion both served versions hold the same object: write through the shape's own.
+        res = self.dgd if self.profile.storage == "v1alpha1" else DGD_ALPHA if is_alpha(obj) else DGD_BETA
         try:
             plan = build_plan(obj)
             self._check_pvcs(obj, plan)
             deployments = self._apply_children(obj, plan)
         except ReconcileError as exc:
-            self._write_status(res, obj, status_for(obj, "failed", FAILED_REASON, str(exc), None, None))
+            self._write_status(res, obj, status_for(obj, "failed", FAILED_REASON, str(exc), None, None,
+                                                         observed_generation=self.profile.observed_generation))
             return
         self.servings.ensure(plan)
         component_status: dict[str, Obj] = {}
@@ -181,7 +188,8 @@ class OperatorSim:
             state, reason, message = "pending", NOT_READY_REASON, f"Resources not ready: {'; '.join(not_ready)}"
         else:
             state, reason, message = "successful", READY_REASON, "All resources are ready"
-        self._write_status(res, obj, status_for(obj, state, reason, message, component_status, plan.alpha))
+        self._write_status(res, obj, status_for(obj, state, reason, message, component_status, plan.alpha,
+                                                     observed_generation=self.profile.observed_generation))
         self.servings.wire_pods(plan)
 
     # ------------------------------------------------------------------ children
@@ -239,8 +247,9 @@ class OperatorSim:
 
 
 def status_for(obj: Obj, state: str, reason: str, message: str, components: dict[str, Obj] | None,
-               alpha: bool | None) -> Obj:
-    """The status the operator writes for ``state`` (a merge patch over the object's current status)."""
+               alpha: bool | None, *, observed_generation: bool = True) -> Obj:
+    """The status the operator writes for ``state`` (a merge patch over the object's current status);
+    ``observed_generation`` False plays an operator before 1.0, which never writes the field."""
     old = obj.get("status") or {}
     now = clock.iso_now()
     ready = "True" if state == "successful" else "False"
@@ -250,7 +259,7 @@ def status_for(obj: Obj, state: str, reason: str, message: str, components: dict
     condition = {"type": "Ready", "status": ready, "reason": reason, "message": message, "lastTransitionTime": since}
     others = [c for c in old.get("conditions") or [] if c.get("type") != "Ready"]
     status: Obj = {"state": state, "conditions": [*others, condition]}
-    if state != "failed":
+    if state != "failed" and observed_generation:
         # Only a successful reconcile advances observedGeneration (the operator's contract).
         status["observedGeneration"] = int(obj["metadata"].get("generation") or 0)
     if components is not None:
