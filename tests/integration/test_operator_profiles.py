@@ -14,7 +14,8 @@ import pytest
 from deploy_suite.errors import KubeError
 from deploy_suite.kube import Kube
 from deploy_suite.offline.cluster import OfflineCluster
-from tests.integration.replica import ALPHA, manifest, namespace, ready_condition, wait_state
+from deploy_suite.offline.operator_sim.components import worker_hash
+from tests.integration.replica import ALPHA, BETA, DCD, manifest, namespace, ready_condition, wait_state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -46,3 +47,30 @@ def test_pre_one_serves_v1alpha1_only_and_never_writes_observed_generation(
         kube.apply(doc, ns)
         dgd = wait_state(kube, ALPHA, ns, "alpha-agg", "successful")
         assert dgd["metadata"]["generation"] == 2 and "observedGeneration" not in dgd["status"]
+
+
+def test_latest_owns_dgd_dcd_deployment_with_the_operator_names_services_and_finalizer(
+        cluster_kube: Kube, scratch_namespace: str) -> None:
+    kube, ns = cluster_kube, scratch_namespace  # the session's default cluster plays `latest`
+    kube.apply(manifest("dgd-alpha-disagg.yaml"), ns)
+    dgd = wait_state(kube, BETA, ns, "alpha-disagg", "successful")
+    assert dgd["metadata"]["finalizers"] == ["nvidia.com/finalizer"]
+    assert dgd["status"]["observedGeneration"] == dgd["metadata"]["generation"]
+    hash_ = worker_hash(dgd)
+    dcds = {d["metadata"]["name"]: d for d in kube.list_items(DCD, ns)[0]}
+    assert set(dcds) == {"alpha-disagg-frontend", f"alpha-disagg-prefill-{hash_}", f"alpha-disagg-decode-{hash_}"}
+    for name, dcd in dcds.items():
+        assert dcd["metadata"]["ownerReferences"][0]["uid"] == dgd["metadata"]["uid"]
+        assert next(c for c in dcd["status"]["conditions"] if c["type"] == "Available")["status"] == "True"
+        dep = kube.get("Deployment", name, ns)
+        assert dep["metadata"]["ownerReferences"][0]["kind"] == "DynamoComponentDeployment"
+        assert dep["metadata"]["ownerReferences"][0]["uid"] == dcd["metadata"]["uid"]
+        assert dep["spec"]["selector"] == {"matchLabels": {"nvidia.com/selector": name}}
+    ports = {s["metadata"]["name"]: [(p["name"], p["port"]) for p in s["spec"]["ports"]]
+             for s in kube.list_items("Service", ns)[0]}
+    assert ports == {"alpha-disagg-frontend": [("http", 8000)], "alpha-disagg-prefill": [("system", 9090)],
+                     "alpha-disagg-decode": [("system", 9090)]}
+    kube.delete(BETA, "alpha-disagg", ns)
+    gone = kube.wait_for(BETA, lambda objs: (not objs, f"{len(objs)} left"), awaited="DGD deleted",
+                         timeout=30, namespace=ns, name="alpha-disagg")
+    assert not gone.objects
