@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import ssl
 import sys
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from typing import Any
 from deploy_suite import clock, yamlio
 from deploy_suite.errors import ClusterError, Conflict, KubeError, WaitTimeout
 from deploy_suite.kube import Kube, Obj
-from deploy_suite.offline import binaries, dynamo_runtime, pools, procs, restart
+from deploy_suite.offline import binaries, dynamo_runtime, pools, procs, restart, webhook
 from deploy_suite.offline.operator_sim import profiles
 from deploy_suite.offline.procs import wait_exit as wait_exit  # tests wait on cluster processes by this name
 
@@ -207,6 +208,7 @@ class OfflineCluster:
                 self._write_kubeconfig()
                 self._apply_layout(layout, wait_timeout)
                 self._ensure_controllers()
+                self._wait_webhook()
                 return self._report(self.status())
             raise ClusterError(f"stale state directory {self.dir}: the cluster's processes are not running; "
                                f"fix: run `deploy-suite cluster down --name {self.name}`, then `up` again")
@@ -230,6 +232,7 @@ class OfflineCluster:
                 self.log(f"start-up lost a port race ({str(exc)[:200]}); retrying with new ports")
                 self.down()
         self._ensure_controllers()
+        self._wait_webhook()
         info = self.status()
         self.log(f"cluster {self.name} up in {clock.monotonic() - started:.1f}s "
                  f"({len(info.nodes)} nodes Ready)")
@@ -281,11 +284,52 @@ class OfflineCluster:
                 self.marker_path.write_text(json.dumps({"name": self.name, "failed": True}))
             raise ClusterError(f"kwokctl create cluster {self.name} failed (exit {done.returncode}): {tail}; fix: "
                                f"see {self.dir / 'logs'}, then `deploy-suite cluster down --name {self.name}`")
+        # The admission webhook's own CA and serving certificate, and its port, fixed for the
+        # cluster's life: the apiserver's webhook configuration names both.
+        webhook.make_tls(self.webhook_dir)
         self.marker_path.write_text(json.dumps({
             "name": self.name, "context": self.context, "kubeconfig": str(self.kubeconfig),
             "pools": self.pools_spec, "pools_source": str(pools.resolve(self.pools_spec).resolve()),
-            "operator": self.operator, "with": list(self.orchestrators),
+            "operator": self.operator, "with": list(self.orchestrators), "webhook_port": procs.free_port(),
             "created_at": clock.iso_now(), "created_by": "deploy-suite"}, indent=2))
+
+    @property
+    def webhook_dir(self) -> Path:
+        return self.dir / "webhook"
+
+    @property
+    def webhook_port(self) -> int:
+        """The admission webhook's port on 127.0.0.1 (0: a cluster made before webhooks)."""
+        return int((self._marker() or {}).get("webhook_port") or 0)
+
+    def _install_webhooks(self, kube: Kube) -> None:
+        port = self.webhook_port
+        if not port:
+            self.log(f"cluster {self.name} was created without an admission webhook; `cluster down` then `up` "
+                     "to get one")
+            return
+        kube.apply(webhook.info_configmap(port, self.webhook_dir))
+        if profiles.get(self.operator).webhook:
+            kube.apply(webhook.dgd_webhook_configuration(profiles.get(self.operator), port, self.webhook_dir))
+
+    def _wait_webhook(self, timeout: float = 30.0) -> None:
+        """Until the controllers' webhook accepts TLS connections: with failurePolicy Fail, a DGD
+        written before that would be refused."""
+        port = self.webhook_port
+        if not port:
+            return
+        ctx = ssl.create_default_context(cafile=str(self.webhook_dir / "ca.crt"))
+        deadline = clock.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=2) as raw, \
+                        ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
+                    return
+            except OSError as exc:
+                if clock.monotonic() >= deadline:
+                    raise ClusterError(f"the admission webhook on 127.0.0.1:{port} never answered ({exc}); fix: see "
+                                       f"{self.dir / 'logs' / (CONTROLLERS + '.log')}") from exc
+                clock.sleep(0.1)
 
     def _write_kubeconfig(self) -> None:
         """Our own kubeconfig for this cluster, context ``offline-<name>``, written atomically."""
@@ -339,6 +383,7 @@ class OfflineCluster:
         for crd in crds:
             kube.apply(crd)
         wait_established(kube, [c["metadata"]["name"] for c in crds], timeout)
+        self._install_webhooks(kube)
         if kube.get_or_none("CustomResourceDefinition", "stages.kwok.x-k8s.io") is None:
             # A cluster created before Stages became objects runs kwokctl's built-in stages.
             self.log(f"cluster {self.name}: kwok Stage CRD absent (created by an older version); "
@@ -354,7 +399,9 @@ class OfflineCluster:
         log = self.dir / "logs" / f"{CONTROLLERS}.log"
         proc = procs.spawn([sys.executable, "-m", "deploy_suite.offline.controllers", "--kubeconfig",
                             str(self.kubeconfig), "--context", self.context, "--cluster-dir", str(self.dir),
-                            "--operator", self.operator, *[a for o in self.orchestrators for a in ("--with", o)]],
+                            "--operator", self.operator, *[a for o in self.orchestrators for a in ("--with", o)],
+                            *(["--webhook-port", str(self.webhook_port), "--webhook-dir", str(self.webhook_dir)]
+                              if self.webhook_port else [])],
                            log, log, cwd=self.dir)
         # A daemon that outlives this process by design (like kwokctl's components); `down` stops it by pid.
         (self.dir / "pids" / f"{CONTROLLERS}.pid").write_text(str(procs.detach(proc)))

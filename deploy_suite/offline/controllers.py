@@ -7,7 +7,8 @@ real cluster): it honours ``WaitForFirstConsumer`` by waiting for the scheduler'
 pre-bound through ``claimRef``, and deletes released PVs (reclaim policy ``Delete``). The real PV
 controller in kube-controller-manager does the binding.
 
-It also runs the Dynamo operator simulator (:mod:`deploy_suite.offline.operator_sim`): DGDs become
+It serves the operator's admission webhooks over TLS on 127.0.0.1 (:mod:`deploy_suite.offline.webhook`)
+and runs the Dynamo operator simulator (:mod:`deploy_suite.offline.operator_sim`): DGDs become
 Deployments, Services and status, and get a local Dynamo frontend + mocker behind kwok port-forwards.
 
 Run as ``python -m deploy_suite.offline.controllers --kubeconfig K --context C --cluster-dir D``.
@@ -29,6 +30,7 @@ from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline.operator_sim import profiles
 from deploy_suite.offline.operator_sim.controller import OperatorSim
 from deploy_suite.offline.pools import PROVISIONER
+from deploy_suite.offline.webhook import WebhookServer
 
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
@@ -127,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the operator generation the replica plays")
     parser.add_argument("--with", dest="orchestrators", action="append", default=[], choices=profiles.ORCHESTRATORS,
                         help="a multinode orchestrator whose API the cluster has (repeatable)")
+    parser.add_argument("--webhook-port", type=int, default=0, help="serve the admission webhooks on 127.0.0.1:PORT")
+    parser.add_argument("--webhook-dir", default=None, help="directory holding the webhook's tls.crt and tls.key")
     args = parser.parse_args(argv)
     profile = profiles.get(args.operator)
     stop = threading.Event()
@@ -143,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         ("provisioner/volumes", lambda: kube.watch_events("PersistentVolume", stop), prov.on_volume),
         *sim.loops(stop),
     ]
+    if args.webhook_port and args.webhook_dir:
+        WebhookServer(args.webhook_port, Path(args.webhook_dir), profile, log).start(stop)
+        log(f"admission webhooks on https://127.0.0.1:{args.webhook_port}")
     sim.start(stop)
     threads = [threading.Thread(target=run_loop, args=(n, e, h, stop), daemon=True, name=n) for n, e, h in loops]
     for t in threads:
