@@ -157,5 +157,9 @@ class WebhookServer(ThreadingHTTPServer):
         thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True,
                                   name="webhook")
         thread.start()
-        threading.Thread(target=lambda: (stop.wait(), self.shutdown()), daemon=True, name="webhook-stop").start()
+        threading.Thread(target=self._stop_on, args=(stop,), daemon=True, name="webhook-stop").start()
         return thread
+
+    def _stop_on(self, stop: threading.Event) -> None:
+        stop.wait()
+        self.shutdown()
