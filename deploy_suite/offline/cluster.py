@@ -380,6 +380,8 @@ class OfflineCluster:
     def _install_manifests(self, kube: Kube, timeout: float) -> None:
         """Our CRDs (DGD, DCD) and kwok's default stages, before any node or workload exists."""
         crds = profiles.shape_crds(profiles.get(self.operator), yamlio.load_all(MANIFESTS / "crds.yaml"))
+        for orchestrator in self.orchestrators:  # the multinode APIs the operator detects
+            crds += yamlio.load_all(MANIFESTS / f"{orchestrator}-crds.yaml")
         for crd in crds:
             kube.apply(crd)
         wait_established(kube, [c["metadata"]["name"] for c in crds], timeout)

@@ -26,6 +26,17 @@ healthy ones, as on a real cluster after the image or the crash is fixed.
 
 ``kubectl logs`` of a faulted pod can serve a local file through a kwok ``Logs`` object
 (:func:`logs_object`): the crash output a person (or the harness's triage) would read.
+
+Besides the kwok Stages, three more switches (see ``docs/offline-cluster.md``, "Fault switches"):
+
+* :func:`pod_admission_refusal` - a validating webhook (served by the controllers process) that
+  refuses the selected DGD's pods: its ReplicaSets emit ``FailedCreate``; applied and removed
+  like the Stage faults;
+* :func:`set_operator_fault` - the operator replica misbehaves for one DGD: ``transient-failed``
+  (one reconcile written as state ``failed`` with a 409-conflict message, then it recovers) or
+  ``invalid-template`` (a GPU request above its limit: ``FailedCreate``, DCD ``Available=False``);
+* :func:`set_serving_fault` - the DGD's frontend misbehaves: ``chat-500``, ``never-list``,
+  ``error-object`` or ``model-not-ready`` (listed, chat answers 503 ``Model not ready``).
 """
 
 from __future__ import annotations
@@ -39,7 +50,8 @@ from typing import Any
 
 from deploy_suite import clock
 from deploy_suite.constants import LABEL_DGD_NAME, LABEL_JOB_NAME
-from deploy_suite.kube import Kube, Obj
+from deploy_suite.errors import Conflict
+from deploy_suite.kube import Kube, Obj, translate
 
 KWOK_API = "kwok.x-k8s.io/v1alpha1"
 FAULT_WEIGHT = 10000
@@ -48,12 +60,20 @@ LABEL_FAULT = "deploy-suite.local/fault"
 CRASH_BACKOFF_MS = 10000
 WAITING_FAULTS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull")
 
+# ConfigMaps the controllers process reads (data keys ``<namespace>.<dgd>``), and the one where
+# `cluster up` records the webhook server's base URL and CA bundle.
+SERVING_FAULTS_CONFIGMAP = ("kube-system", "deploy-suite-faults")
+OPERATOR_FAULTS_CONFIGMAP = ("kube-system", "deploy-suite-operator-faults")
+WEBHOOK_INFO_CONFIGMAP = ("kube-system", "deploy-suite-webhook")
+REFUSE_PODS_PATH = "/refuse-pods"
+
 Expression = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Fault:
-    """The Stage objects that make up one fault switch (apply all, delete all)."""
+    """The objects that make up one fault switch (apply all, delete all): kwok Stages, or a
+    webhook configuration."""
 
     name: str
     stages: tuple[Obj, ...]
@@ -275,7 +295,57 @@ def apply(kube: Kube, fault: Fault) -> None:
 
 def remove(kube: Kube, fault: Fault) -> None:
     for stage in fault.stages:
-        kube.delete(kube.resource(KWOK_API, "Stage"), stage["metadata"]["name"])
+        kube.delete(kube.resource(stage["apiVersion"], stage["kind"]), stage["metadata"]["name"])
+
+
+def pod_admission_refusal(kube: Kube, name: str, dgd: str, namespace: str) -> Fault:
+    """A validating webhook refusing every pod of DGD ``dgd`` in ``namespace`` (create), served by
+    the controllers process; the ReplicaSets' ``FailedCreate`` events carry its denial."""
+    info = kube.get("ConfigMap", WEBHOOK_INFO_CONFIGMAP[1], WEBHOOK_INFO_CONFIGMAP[0])["data"]
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": {LABEL_FAULT: "true"}},
+        "webhooks": [{
+            "name": f"{name}.deploy-suite.local", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": "Fail", "timeoutSeconds": 5,
+            "clientConfig": {"url": f"{info['url']}{REFUSE_PODS_PATH}/{name}", "caBundle": info["caBundle"]},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
+                       "scope": "Namespaced"}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "objectSelector": {"matchLabels": {LABEL_DGD_NAME: dgd}},
+        }],
+    }
+    return Fault(name, (config,))
+
+
+def _set_key(kube: Kube, where: tuple[str, str], key: str, value: str | None) -> None:
+    """Set (or with None remove) one data key of a ConfigMap, leaving the other keys alone."""
+    namespace, name = where
+    if value is not None:
+        try:
+            kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+                         "data": {key: value}}, namespace)
+            return
+        except Conflict:
+            pass
+    path = kube.resource("v1", "ConfigMap").path(namespace, name)
+    try:  # a merge patch: a server-side apply by one manager would drop the keys it set before
+        kube.transport.request("PATCH", path, {}, {"data": {key: value}}, "application/merge-patch+json")
+    except Exception as exc:
+        err = translate(exc, f"patch configmap {namespace}/{name}")
+        if value is not None or err.status != 404:
+            raise err from exc
+
+
+def set_operator_fault(kube: Kube, namespace: str, dgd: str, fault: str | None) -> None:
+    """``transient-failed[:SECONDS]`` or ``invalid-template`` for DGD ``namespace/dgd``; None clears it."""
+    _set_key(kube, OPERATOR_FAULTS_CONFIGMAP, f"{namespace}.{dgd}", fault)
+
+
+def set_serving_fault(kube: Kube, namespace: str, dgd: str, fault: str | None) -> None:
+    """``chat-500``, ``never-list``, ``error-object`` or ``model-not-ready`` for the DGD's frontend,
+    read when its serving starts (set it before the DGD); None clears it."""
+    _set_key(kube, SERVING_FAULTS_CONFIGMAP, f"{namespace}.{dgd}", fault)
 
 
 # ------------------------------------------------------------------ kubectl logs

@@ -12,7 +12,7 @@ Paths:
 * ``/validate-nvidia-com-dynamographdeployment``: the operator's DGD rules
   (:mod:`deploy_suite.offline.operator_sim.admission`);
 * ``/refuse-pods``: refuses every pod it is asked about, for the pod-admission fault switch
-  (:func:`deploy_suite.offline.faults.pod_webhook_refusal`), whose configuration selects the pods.
+  (:func:`deploy_suite.offline.faults.pod_admission_refusal`), whose configuration selects the pods.
 
 The ConfigMap ``kube-system/deploy-suite-webhook`` (:data:`INFO_CONFIGMAP`) records the base URL
 and the CA, so fault switches can register webhooks served here.
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy_suite.errors import ClusterError
+from deploy_suite.offline.faults import REFUSE_PODS_PATH, WEBHOOK_INFO_CONFIGMAP
 from deploy_suite.offline.operator_sim import admission
 from deploy_suite.offline.operator_sim.profiles import Profile
 
@@ -38,9 +39,8 @@ Obj = dict[str, Any]
 Log = Callable[[str], None]
 
 DGD_PATH = "/validate-nvidia-com-dynamographdeployment"
-REFUSE_PODS_PATH = "/refuse-pods"
 CONFIGURATION_NAME = "dynamo-operator-validating-webhook-configuration"
-INFO_CONFIGMAP = ("kube-system", "deploy-suite-webhook")
+INFO_CONFIGMAP = WEBHOOK_INFO_CONFIGMAP
 REFUSAL = "pods refused by the deploy-suite fault switch {name}"
 
 

@@ -93,7 +93,8 @@ def target(offline_cluster: OfflineCluster, tmp_path: Path) -> Iterator[Target]:
 
 @pytest.fixture
 def multinode_target(offline_clusters: Any, tmp_path: Path) -> Iterator[Target]:
-    yield from _target(offline_clusters.get("multinode"), tmp_path)
+    # Without LWS or Grove the operator fails a multinode DGD: the cluster installs LWS.
+    yield from _target(offline_clusters.get("multinode", orchestrators=("lws",)), tmp_path)
 
 
 @pytest.fixture

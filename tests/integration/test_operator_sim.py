@@ -112,7 +112,7 @@ def serving_dir(cluster: OfflineCluster, ns: str, name: str) -> Path:
 
 @pytest.fixture
 def multinode_ns(offline_clusters: Any) -> Iterator[tuple[OfflineCluster, Kube, str]]:
-    cluster = offline_clusters.get("multinode")
+    cluster = offline_clusters.get("multinode", orchestrators=("lws",))  # a multinode DGD needs LWS (or Grove)
     kube = cluster.kube()
     ns = f"t-{uuid.uuid4().hex[:8]}"
     kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
@@ -191,10 +191,15 @@ def test_a_multinode_dgd_runs_replicas_times_node_count_pods(multinode_ns: tuple
     kube.apply(manifest("dgd-multinode.yaml"), ns)
     dgd = wait_dgd(kube, ns, "multinode", "successful")
     print(f"multinode: apply -> Ready {time.monotonic() - started:.1f}s")
-    assert dgd["status"]["components"]["TrtllmWorker"]["readyReplicas"] == 2
+    lws = f"multinode-trtllmworker-{worker_hash(dgd)}-0"  # one LeaderWorkerSet per replica, named after the DCD
+    assert dgd["status"]["components"]["TrtllmWorker"] == {
+        "componentKind": "LeaderWorkerSet", "componentNames": [lws], "replicas": 1, "updatedReplicas": 1,
+        "readyReplicas": 1, "availableReplicas": 1}
     workers = [p for p in pods_of(kube, ns, "multinode")
                if p["metadata"]["labels"]["nvidia.com/dynamo-component"] == "TrtllmWorker"]
-    assert len(workers) == 2
+    assert sorted((p["metadata"]["name"], p["metadata"]["labels"]["role"]) for p in workers) == [
+        (f"{lws}-0", "leader"), (f"{lws}-0-1", "worker")]
+    assert all(p["metadata"]["ownerReferences"][0]["kind"] == "LeaderWorkerSet" for p in workers)
     assert len({p["spec"]["nodeName"] for p in workers}) == 2  # 8 GPUs each: one node per pod
     assert_serves(kube, ns, "svc/multinode-frontend", "r1-multinode")
 
@@ -254,6 +259,16 @@ def test_a_dgd_that_cannot_schedule_stays_pending_with_failed_scheduling_events(
     assert cond["message"] == (f"Resources not ready: nine-gpus-worker-{worker_hash(dgd)}: "
                                "Component deployment not ready - Available condition not true")
     assert state.objects[f"{ns}/nine-gpus"]["status"]["components"]["Frontend"]["readyReplicas"] == 1
+
+
+def test_a_multinode_dgd_without_an_orchestrator_fails_as_the_operator_does(
+        cluster_kube: Kube, scratch_namespace: str) -> None:
+    cluster_kube.apply(manifest("dgd-multinode.yaml"), scratch_namespace)  # the default cluster: no LWS, no Grove
+    dgd = wait_dgd(cluster_kube, scratch_namespace, "multinode", "failed", timeout=30)
+    cond = ready_condition(dgd)
+    assert (cond["reason"], cond["message"]) == ("no_multinode_orchestrator_available",
+                                                 "no multinode orchestrator available")
+    assert not cluster_kube.list_items("Pod", scratch_namespace)[0]
 
 
 def test_a_missing_pvc_is_reported_as_a_failed_reconcile(cluster_kube: Kube, scratch_namespace: str) -> None:

@@ -20,10 +20,11 @@ from typing import Any
 
 from deploy_suite import clock
 from deploy_suite.constants import DGD_GROUP, DGD_KIND, DGD_PLURAL, LABEL_DGD_NAME
-from deploy_suite.errors import KubeError, NotFound, ReconcileError
+from deploy_suite.dgd import Component
+from deploy_suite.errors import Invalid, KubeError, NotFound, ReconcileError
 from deploy_suite.kube import Kube, Obj, Resource, translate
 from deploy_suite.offline import dynamo_env
-from deploy_suite.offline.operator_sim import components, profiles
+from deploy_suite.offline.operator_sim import components, faultswitch, multinode, profiles
 from deploy_suite.offline.operator_sim.plan import Plan, build_plan, child_name, deployment_readiness, is_alpha
 from deploy_suite.offline.operator_sim.serving import Servings
 
@@ -78,6 +79,7 @@ class OperatorSim:
         self.profile = profile or profiles.get(profiles.DEFAULT_PROFILE)
         self.orchestrators = orchestrators
         self.dgd = self.profile.dgd
+        self.lws = multinode.LwsController(kube)
         self.dynamo_root = cluster_dir / "dynamo"
         self.log = log
         self.queue = WorkQueue()
@@ -85,6 +87,8 @@ class OperatorSim:
                                  dynamo_version=dynamo_version)
         self._applied: dict[str, tuple[str, int]] = {}  # key -> (uid, generation) children applied for
         self._dcd_status: dict[str, tuple[str, str, str]] = {}  # ns/dcd -> Available (status, reason, message)
+        self._dcd_errors: dict[str, str] = {}  # ns/dcd -> why its Deployment could not be written
+        self._transient_fired: dict[str, tuple[str, int]] = {}  # key -> (uid, generation) a transient fault hit
 
     # ------------------------------------------------------------------ wiring into controllers
     def loops(self, stop: threading.Event) -> list[Loop]:
@@ -175,9 +179,12 @@ class OperatorSim:
             plan = build_plan(obj)
             self._check_pvcs(obj, plan)
             names = self._child_names(obj, plan)
-            deployments = self._apply_children(obj, plan, names)
+            fault = self._fault(key)
+            deployments = self._apply_children(obj, plan, names, fault)
+            self._transient(obj, key, fault, names)
         except ReconcileError as exc:
-            self._write_status(res, obj, status_for(obj, "failed", FAILED_REASON, str(exc), None, None,
+            why = self.profile.multinode_reason if isinstance(exc, multinode.NoOrchestrator) else FAILED_REASON
+            self._write_status(res, obj, status_for(obj, "failed", why, str(exc), None, None,
                                                          observed_generation=self.profile.observed_generation))
             return
         self.servings.ensure(plan)
@@ -187,16 +194,21 @@ class OperatorSim:
         for c in plan.model.components:
             dep_name = names[c.name]
             desired = c.replicas * c.node_count
-            ready, reason, counts = deployment_readiness(deployments.get(dep_name), desired)
+            kind, children = "Deployment", [dep_name]
+            if c.node_count > 1:
+                kind, children = "LeaderWorkerSet", multinode.lws_names(dep_name, c.replicas)
+                ready, reason, counts = self.lws.readiness(plan.namespace, plan.name, children, c.node_count)
+            else:
+                ready, reason, counts = deployment_readiness(deployments.get(dep_name), desired)
             if self.profile.dcds:
-                # The DCD reports its Deployment; the DGD sees only the DCD's Available condition.
+                # The DCD reports its workload; the DGD sees only the DCD's Available condition.
                 self._write_dcd_status(plan.namespace, dep_name, deployments.get(dep_name), ready)
                 reason = DCD_NOT_READY
             if ready and c.name in plan.served_components() and serving is not None and desired:
                 ready, reason = serving
             if not ready:
                 not_ready.append(f"{dep_name}: {reason}")
-            component_status[c.name] = {"componentKind": "Deployment", "componentNames": [dep_name],
+            component_status[c.name] = {"componentKind": kind, "componentNames": children,
                                         "replicas": counts["replicas"], "updatedReplicas": counts["updatedReplicas"],
                                         "readyReplicas": counts["readyReplicas"],
                                         "availableReplicas": counts["availableReplicas"]}
@@ -242,10 +254,30 @@ class OperatorSim:
         hash_ = components.worker_hash(obj)
         return {c.name: components.dcd_name(plan, c, hash_) for c in plan.model.components}
 
+    def _workload(self, plan: Plan, c: Component, name: str, owner: Obj, deployment: Obj) -> list[Obj]:
+        """A component's workload: its Deployment, or per replica a LeaderWorkerSet and a Volcano
+        PodGroup when it is multinode (failing as the operator does without an orchestrator)."""
+        if c.node_count <= 1:
+            return [deployment]
+        if "lws" not in self.orchestrators:
+            raise multinode.NoOrchestrator(multinode.NO_ORCHESTRATOR)
+        labels = deployment["metadata"]["labels"]
+        out: list[Obj] = []
+        for lws_name in multinode.lws_names(name, c.replicas):
+            out.append(multinode.leader_worker_set(lws_name, plan.namespace, deployment, c.node_count, owner))
+            out.append(multinode.pod_group(lws_name, plan.namespace, c.node_count, labels, owner))
+        return out
+
     def _children(self, obj: Obj, plan: Plan, names: dict[str, str]) -> list[Obj]:
-        """Apply the DCDs (newest path) and return the Deployments and Services to apply."""
+        """Apply the DCDs (newest path) and return the workloads and Services to apply."""
         if not self.profile.dcds:
-            return [*plan.deployments.values(), *plan.services]
+            out = []
+            for c in plan.model.components:
+                dep = plan.deployments[c.name]
+                out += self._workload(plan, c, names[c.name], dep["metadata"]["ownerReferences"][0], dep)
+            return [*out, *plan.services]
+        if any(c.node_count > 1 for c in plan.model.components) and "lws" not in self.orchestrators:
+            raise multinode.NoOrchestrator(multinode.NO_ORCHESTRATOR)  # before any DCD is made
         hash_ = components.worker_hash(obj)
         spec = obj.get("spec") or {}
         raws = {str(c.get("name")): c for c in spec.get("components") or []} if not plan.alpha else \
@@ -258,30 +290,57 @@ class OperatorSim:
             owner = {"apiVersion": components.DCD_API, "kind": components.DCD_KIND, "name": names[c.name],
                      "uid": dcd["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
             worker = names[c.name] != child_name(plan.name, c.name)
-            children.append(components.owned_deployment(plan.deployments[c.name], names[c.name], owner,
-                                                         hash_ if worker else None))
+            dep = components.owned_deployment(plan.deployments[c.name], names[c.name], owner, hash_ if worker else None)
+            children += self._workload(plan, c, names[c.name], owner, dep)
             if self.profile.component_services and c.type != "frontend":
                 service = components.component_service(plan, c, dgd_owner)
                 if service is not None:
                     children.append(service)
         return children
 
-    def _apply_children(self, obj: Obj, plan: Plan, names: dict[str, str]) -> dict[str, Obj]:
+    def _fault(self, key: str) -> faultswitch.OperatorFault | None:
+        cm = self.kube.get_or_none("ConfigMap", faultswitch.CONFIGMAP[1], faultswitch.CONFIGMAP[0])
+        return faultswitch.parse(((cm or {}).get("data") or {}).get(key.replace("/", ".", 1)))
+
+    def _transient(self, obj: Obj, key: str, fault: faultswitch.OperatorFault | None,
+                   names: dict[str, str]) -> None:
+        """The transient-failed fault: one failed reconcile per generation, then a requeue that recovers."""
+        meta = obj["metadata"]
+        stamp = (str(meta["uid"]), int(meta.get("generation") or 0))
+        if fault is None or fault.kind != "transient-failed" or self._transient_fired.get(key) == stamp:
+            return
+        self._transient_fired[key] = stamp
+        timer = threading.Timer(fault.seconds, self.queue.add, args=(key,))
+        timer.daemon = True
+        timer.start()
+        first = next(iter(names.values()))
+        kind = "dynamocomponentdeployments.nvidia.com" if self.profile.dcds else "deployments.apps"
+        raise ReconcileError(faultswitch.conflict_message(kind, first))
+
+    def _apply_children(self, obj: Obj, plan: Plan, names: dict[str, str],
+                        fault: faultswitch.OperatorFault | None = None) -> dict[str, Obj]:
         meta = obj["metadata"]
         stamp = (str(meta["uid"]), int(meta.get("generation") or 0))
         selector = f"{LABEL_DGD_NAME}={plan.name}"
         if self._applied.get(plan.key) != stamp:
             children = self._children(obj, plan, names)
+            if fault is not None and fault.kind == "invalid-template":
+                children = [faultswitch.invalid_template(c) if c["kind"] == "Deployment" else c for c in children]
             for child in children:
-                self.kube.apply(child, plan.namespace)
+                self._apply_child(child, plan)
             wanted = {d["metadata"]["name"] for d in children} | set(names.values())
-            for kind in (("Deployment", "Service", DCD) if self.profile.dcds else ("Deployment", "Service")):
+            kinds: list[str | Resource] = ["Deployment", "Service", *([DCD] if self.profile.dcds else []),
+                                           *([multinode.LWS] if "lws" in self.orchestrators else [])]
+            for kind in kinds:
                 items, _ = self.kube.list_items(kind, plan.namespace, label_selector=selector)
                 for item in items:
                     owners = item["metadata"].get("ownerReferences") or []
                     if item["metadata"]["name"] not in wanted and any(o.get("uid") == meta["uid"] for o in owners):
                         self.kube.delete(kind, item["metadata"]["name"], plan.namespace)
             self._applied[plan.key] = stamp
+        if "lws" in self.orchestrators and any(c.node_count > 1 for c in plan.model.components):
+            for lws in self.kube.list_items(multinode.LWS, plan.namespace, label_selector=selector)[0]:
+                self.lws.ensure(lws)  # level-based: a pod that went away is made again
         items, _ = self.kube.list_items("Deployment", plan.namespace, label_selector=selector)
         return {i["metadata"]["name"]: i for i in items}
 
@@ -299,9 +358,39 @@ class OperatorSim:
         return patched
 
     # ------------------------------------------------------------------ status
+    def _apply_child(self, child: Obj, plan: Plan) -> None:
+        """Apply one child. A Deployment the apiserver refuses (an invalid pod template) is an error
+        of its DCD on the newest path (the DGD stays pending), of the whole DGD on the older ones."""
+        key = f"{plan.namespace}/{child['metadata']['name']}"
+        try:
+            self.kube.apply(child, plan.namespace)
+        except Invalid as exc:
+            if child["kind"] != "Deployment":
+                raise
+            if not self.profile.dcds:
+                raise ReconcileError(f"failed to reconcile Dynamo components deployments: {exc}") from exc
+            message = f"failed to create or update Deployment {child['metadata']['name']}: {exc}"
+            self._dcd_errors[key] = message
+            owner = child["metadata"]["ownerReferences"][0]
+            self._warn(plan.namespace, owner, "FailedCreate", message)
+            return
+        if child["kind"] == "Deployment":
+            self._dcd_errors.pop(key, None)
+
+    def _warn(self, namespace: str, about: Obj, reason: str, message: str) -> None:
+        """A Warning event on one of the replica's objects (``kubectl describe`` shows it)."""
+        now = clock.iso_now()
+        self.kube.create({"apiVersion": "v1", "kind": "Event",
+                          "metadata": {"generateName": f"{about['name']}.", "namespace": namespace},
+                          "involvedObject": {"apiVersion": about["apiVersion"], "kind": about["kind"],
+                                             "name": about["name"], "namespace": namespace, "uid": about["uid"]},
+                          "reason": reason, "message": message, "type": "Warning", "count": 1,
+                          "firstTimestamp": now, "lastTimestamp": now,
+                          "source": {"component": "dynamocomponentdeployment-controller"}}, namespace)
+
     def _write_dcd_status(self, namespace: str, name: str, deployment: Obj | None, ready: bool) -> None:
         key = f"{namespace}/{name}"
-        cond = components.available_condition(deployment, ready, clock.iso_now())
+        cond = components.available_condition(deployment, ready, clock.iso_now(), self._dcd_errors.get(key))
         seen = (cond["status"], cond["reason"], cond["message"])
         if self._dcd_status.get(key) == seen:
             return

@@ -22,12 +22,12 @@ from deploy_suite.dgd import MAIN_CONTAINER
 from deploy_suite.errors import SuiteError
 from deploy_suite.kube import Kube
 from deploy_suite.offline import dynamo_env, dynamo_runtime
-from deploy_suite.offline.faults import cri_log, logs_object, port_forward_object
+from deploy_suite.offline.faults import SERVING_FAULTS_CONFIGMAP, cri_log, logs_object, port_forward_object
 from deploy_suite.offline.operator_sim.plan import FRONTEND_PORT, Plan
 
-# Cluster-side serving fault switch: data `<namespace>.<dgd>: chat-500|never-list|error-object`,
+# Cluster-side serving fault switch: data `<namespace>.<dgd>: <one of dynamo_runtime.FAULTS>`,
 # read when a DGD's serving starts (apply it before the DGD).
-FAULTS_CONFIGMAP = ("kube-system", "deploy-suite-faults")
+FAULTS_CONFIGMAP = SERVING_FAULTS_CONFIGMAP
 
 Log = Callable[[str], None]
 
