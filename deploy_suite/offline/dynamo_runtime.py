@@ -31,7 +31,7 @@ from deploy_suite.errors import ClusterError, InputError, WaitTimeout, cut
 from deploy_suite.offline import procs
 from deploy_suite.offline.dynamo_env import OFFLINE_ENV, DynamoEnv
 
-FAULTS = ("chat-500", "never-list", "error-object")
+FAULTS = ("chat-500", "never-list", "error-object", "model-not-ready")
 # As accepted by `python -m dynamo.frontend --router-mode` in 1.6.1.
 ROUTER_MODES = ("round-robin", "random", "power-of-two", "kv", "direct", "least-loaded", "device-aware-weighted")
 

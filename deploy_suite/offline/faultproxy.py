@@ -10,6 +10,8 @@ included, and streamed responses are relayed chunk by chunk):
 - ``chat-500``: ``POST /v1/chat/completions`` answers 500 with a JSON error body.
 - ``never-list``: ``GET /v1/models`` answers 200 with an empty ``data`` list, forever.
 - ``error-object``: ``POST /v1/chat/completions`` answers 200 with an ``error`` object, no choices.
+- ``model-not-ready``: the model stays listed, ``POST /v1/chat/completions`` answers 503 ``Model not
+  ready`` (a worker that registered but cannot serve).
 - ``none``: a plain pass-through (useful to measure the proxy itself).
 """
 
@@ -25,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-FAULTS = ("chat-500", "never-list", "error-object", "none")
+FAULTS = ("chat-500", "never-list", "error-object", "model-not-ready", "none")
 CHAT_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
 # Hop-by-hop headers (RFC 9110 7.6.1) are per connection and must not be relayed.
@@ -52,6 +54,8 @@ def fault_response(fault: str, method: str, path: str) -> tuple[int, dict[str, A
     if method == "POST" and route == CHAT_PATH:
         if fault == "chat-500":
             return 500, {"error": {"message": "injected fault chat-500", "type": "InternalServerError", "code": 500}}
+        if fault == "model-not-ready":
+            return 503, {"error": {"message": "Model not ready", "type": "Service Unavailable", "code": 503}}
         if fault == "error-object":
             return 200, {
                 "error": {

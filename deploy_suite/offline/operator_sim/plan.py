@@ -37,6 +37,7 @@ Obj = dict[str, Any]
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "deploy-suite-operator-sim"
 FRONTEND_PORT = 8000
+SYSTEM_PORT = 9090
 DEFAULT_SHM = "8Gi"
 _FAILED = "failed to reconcile Dynamo components deployments"
 
@@ -186,6 +187,19 @@ def _operator_defaults(c: Component, pod: _Pod, dyn_ns: str) -> Obj:
         ports = main.setdefault("ports", [])
         if all(p.get("name") != "http" for p in ports):
             ports.append({"name": "http", "containerPort": FRONTEND_PORT, "protocol": "TCP"})
+    elif c.type in WORKER_TYPES:
+        ports = main.setdefault("ports", [])
+        if all(p.get("name") != "system" for p in ports):
+            ports.append({"name": "system", "containerPort": SYSTEM_PORT, "protocol": "TCP"})
+        # A worker may load its model for up to 2 hours (720 x 10 s) before liveness applies.
+        main.setdefault("startupProbe", {"httpGet": {"path": "/live", "port": "system"}, "periodSeconds": 10,
+                                         "timeoutSeconds": 5, "failureThreshold": 720})
+    if c.type == "frontend" or c.type in WORKER_TYPES:
+        port = "http" if c.type == "frontend" else "system"
+        main.setdefault("livenessProbe", {"httpGet": {"path": "/live", "port": port}, "periodSeconds": 5,
+                                          "failureThreshold": 1})
+        main.setdefault("readinessProbe", {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 10,
+                                           "failureThreshold": 3})
     _set_default_env(main, {"DYN_NAMESPACE": dyn_ns, "DYN_COMPONENT": c.name, "DYN_DISCOVERY_BACKEND": "kubernetes"})
     if pod.gpus:
         resources = main.setdefault("resources", {})
