@@ -18,7 +18,16 @@ On top, the serving wiring: each DGD with a frontend (or a gaie graph) gets a re
 frontend + mocker on 127.0.0.1, and kwok ``PortForward`` / ``Logs`` objects point the frontend
 pods' port 8000 and ``kubectl logs`` at them.
 
+Which operator generation it plays is a profile (``0.9``, ``1.x``, ``latest``), with the
+facts of each in ``docs/offline-cluster.md``.
+
 The modules, one seam each:
+
+* :mod:`.profiles`: the profiles (API versions, observedGeneration, webhook, DCDs, finalizer);
+* :mod:`.components`: the newest path's DCDs, worker hash and per-component Services (pure);
+* :mod:`.multinode`: LeaderWorkerSets for multinode components, and the pods LWS would make;
+* :mod:`.admission`: the validating webhook's DGD rules and messages (pure);
+* :mod:`.faultswitch`: operator-side fault switches (transient ``failed``, invalid template);
 
 * :mod:`.plan`: what children a DGD asks for, computed from the object alone (pure);
 * :mod:`.controller`: the watch loops, the work queue, reconcile and the status writes

@@ -100,10 +100,14 @@ def component_service(plan: Plan, component: Component, owner: Obj) -> Obj | Non
     }
 
 
-def available_condition(deployment: Obj | None, ready: bool, since: str) -> Obj:
+def available_condition(deployment: Obj | None, ready: bool, since: str, error: str | None = None) -> Obj:
     """The DCD's ``Available`` condition, mirrored from its Deployment as the operator does: a
-    ReplicaSet that cannot create pods (``ReplicaFailure``) is the reason it stays False."""
+    Deployment the apiserver refused (``error``) or a ReplicaSet that cannot create pods
+    (``ReplicaFailure``) is the reason it stays False."""
     conds = {c.get("type"): c for c in ((deployment or {}).get("status") or {}).get("conditions") or []}
+    if error:
+        return {"type": "Available", "status": "False", "reason": "DeploymentFailed", "message": error,
+                "lastTransitionTime": since}
     if ready:
         return {"type": "Available", "status": "True", "reason": "DeploymentAvailable",
                 "message": "Deployment is available", "lastTransitionTime": since}
