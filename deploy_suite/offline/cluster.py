@@ -385,6 +385,9 @@ class OfflineCluster:
         for crd in crds:
             kube.apply(crd)
         wait_established(kube, [c["metadata"]["name"] for c in crds], timeout)
+        if "grove" in self.orchestrators:  # KAI's queue the operator uses by default
+            kube.apply({"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "dynamo"},
+                        "spec": {"resources": {"gpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1}}}})
         self._install_webhooks(kube)
         if kube.get_or_none("CustomResourceDefinition", "stages.kwok.x-k8s.io") is None:
             # A cluster created before Stages became objects runs kwokctl's built-in stages.

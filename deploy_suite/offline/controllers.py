@@ -27,6 +27,7 @@ from typing import Any
 from deploy_suite import clock
 from deploy_suite.errors import Conflict, KubeError, NotFound
 from deploy_suite.kube import Kube, Obj
+from deploy_suite.offline.kai import KaiBinder
 from deploy_suite.offline.operator_sim import profiles
 from deploy_suite.offline.operator_sim.controller import OperatorSim
 from deploy_suite.offline.pools import PROVISIONER
@@ -150,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.webhook_port and args.webhook_dir:
         WebhookServer(args.webhook_port, Path(args.webhook_dir), profile, log).start(stop)
         log(f"admission webhooks on https://127.0.0.1:{args.webhook_port}")
+    if "grove" in args.orchestrators:  # pods of the Grove path go to a KAI-like binder
+        kai = KaiBinder(Kube(args.context, args.kubeconfig, user_agent="deploy-suite-kai"), log)
+        loops += kai.loops(stop)
+        kai.start(stop)
     sim.start(stop)
     threads = [threading.Thread(target=run_loop, args=(n, e, h, stop), daemon=True, name=n) for n, e, h in loops]
     for t in threads:

@@ -26,6 +26,7 @@ The modules, one seam each:
 * :mod:`.profiles`: the profiles (API versions, observedGeneration, webhook, DCDs, finalizer);
 * :mod:`.components`: the newest path's DCDs, worker hash and per-component Services (pure);
 * :mod:`.multinode`: LeaderWorkerSets for multinode components, and the pods LWS would make;
+* :mod:`.grove`: the Grove path (PodCliqueSet, PodCliques, scaling groups, gated pods, PodGang);
 * :mod:`.admission`: the validating webhook's DGD rules and messages (pure);
 * :mod:`.faultswitch`: operator-side fault switches (transient ``failed``, invalid template);
 

@@ -24,7 +24,7 @@ from deploy_suite.dgd import Component
 from deploy_suite.errors import Invalid, KubeError, NotFound, ReconcileError
 from deploy_suite.kube import Kube, Obj, Resource, translate
 from deploy_suite.offline import dynamo_env
-from deploy_suite.offline.operator_sim import components, faultswitch, multinode, profiles
+from deploy_suite.offline.operator_sim import components, faultswitch, grove, multinode, profiles
 from deploy_suite.offline.operator_sim.plan import Plan, build_plan, child_name, deployment_readiness, is_alpha
 from deploy_suite.offline.operator_sim.serving import Servings
 
@@ -80,6 +80,7 @@ class OperatorSim:
         self.orchestrators = orchestrators
         self.dgd = self.profile.dgd
         self.lws = multinode.LwsController(kube)
+        self.grove = grove.GrovePath(kube)
         self.dynamo_root = cluster_dir / "dynamo"
         self.log = log
         self.queue = WorkQueue()
@@ -195,12 +196,14 @@ class OperatorSim:
             dep_name = names[c.name]
             desired = c.replicas * c.node_count
             kind, children = "Deployment", [dep_name]
-            if c.node_count > 1:
+            if self._on_grove(obj):
+                ready, reason, counts, kind, children = self.grove.readiness(plan, c)
+            elif c.node_count > 1:
                 kind, children = "LeaderWorkerSet", multinode.lws_names(dep_name, c.replicas)
                 ready, reason, counts = self.lws.readiness(plan.namespace, plan.name, children, c.node_count)
             else:
                 ready, reason, counts = deployment_readiness(deployments.get(dep_name), desired)
-            if self.profile.dcds:
+            if self.profile.dcds and not self._on_grove(obj):
                 # The DCD reports its workload; the DGD sees only the DCD's Available condition.
                 self._write_dcd_status(plan.namespace, dep_name, deployments.get(dep_name), ready)
                 reason = DCD_NOT_READY
@@ -247,9 +250,13 @@ class OperatorSim:
                 raise ReconcileError(f"failed to reconcile Dynamo components deployments: component {c.name!r}: "
                                      f"compilation cache persistentvolumeclaims \"{cache}\" not found")
 
+    def _on_grove(self, obj: Obj) -> bool:
+        """The newest operator's path choice: Grove when it is installed and the DGD does not opt out."""
+        return self.profile.dcds and "grove" in self.orchestrators and grove.wanted(obj)
+
     def _child_names(self, obj: Obj, plan: Plan) -> dict[str, str]:
         """Component -> the name of its Deployment (and DCD on the newest path)."""
-        if not self.profile.dcds:
+        if not self.profile.dcds or self._on_grove(obj):
             return {c.name: child_name(plan.name, c.name) for c in plan.model.components}
         hash_ = components.worker_hash(obj)
         return {c.name: components.dcd_name(plan, c, hash_) for c in plan.model.components}
@@ -268,8 +275,22 @@ class OperatorSim:
             out.append(multinode.pod_group(lws_name, plan.namespace, c.node_count, labels, owner))
         return out
 
+    def _grove_children(self, obj: Obj, plan: Plan) -> list[Obj]:
+        """Apply the Grove objects (after checking the KAI queue); return the Services to apply."""
+        annotations = obj["metadata"].get("annotations") or {}
+        queue = annotations.get(grove.QUEUE_ANNOTATION) or grove.DEFAULT_QUEUE
+        if self.kube.get_or_none(self.kube.resource("scheduling.run.ai/v2", "Queue"), queue) is None:
+            raise ReconcileError(f"kai-scheduler queue validation failed: queue \"{queue}\" not found")
+        owner = next(iter(plan.deployments.values()))["metadata"]["ownerReferences"][0]
+        self.grove.apply(plan, owner, queue)
+        services = [s for c in plan.model.components if c.type != "frontend"
+                    for s in [components.component_service(plan, c, owner)] if s is not None]
+        return [*plan.services, *services]
+
     def _children(self, obj: Obj, plan: Plan, names: dict[str, str]) -> list[Obj]:
         """Apply the DCDs (newest path) and return the workloads and Services to apply."""
+        if self._on_grove(obj):
+            return self._grove_children(obj, plan)
         if not self.profile.dcds:
             out = []
             for c in plan.model.components:
@@ -338,7 +359,9 @@ class OperatorSim:
                     if item["metadata"]["name"] not in wanted and any(o.get("uid") == meta["uid"] for o in owners):
                         self.kube.delete(kind, item["metadata"]["name"], plan.namespace)
             self._applied[plan.key] = stamp
-        if "lws" in self.orchestrators and any(c.node_count > 1 for c in plan.model.components):
+        if self._on_grove(obj):
+            self.grove.ensure_pods(plan)  # Grove's part: the cliques' pods, the PodGang, the gates lifted
+        elif "lws" in self.orchestrators and any(c.node_count > 1 for c in plan.model.components):
             for lws in self.kube.list_items(multinode.LWS, plan.namespace, label_selector=selector)[0]:
                 self.lws.ensure(lws)  # level-based: a pod that went away is made again
         items, _ = self.kube.list_items("Deployment", plan.namespace, label_selector=selector)
