@@ -7,11 +7,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.kube import Kube, Obj, Resource
+from deploy_suite.offline.cluster import OfflineCluster
 
 DATA = Path(__file__).with_name("data")
 ALPHA = Resource("nvidia.com", "v1alpha1", "dynamographdeployments", True, "DynamoGraphDeployment")
@@ -56,3 +58,14 @@ def namespace(kube: Kube) -> Iterator[str]:
         yield name
     finally:
         kube.delete("Namespace", name)
+
+
+@contextmanager
+def session_cluster(pool: Any, layout: str = "default", **choice: Any) -> Iterator[tuple[OfflineCluster, Kube]]:
+    """The session's cluster for ``layout`` and the profile/orchestrators in ``choice``, with a client."""
+    cluster: OfflineCluster = pool.get(layout, **choice)
+    kube = cluster.kube()
+    try:
+        yield cluster, kube
+    finally:
+        kube.close()

@@ -18,17 +18,15 @@ from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.offline.kai import KAI_PODGROUP
 from deploy_suite.offline.operator_sim.grove import PCLQ, PCS, PCSG, PODGANG
-from tests.integration.replica import BETA, manifest, namespace, pods_of, ready_condition, wait_state
+from tests.integration.replica import BETA, manifest, namespace, pods_of, ready_condition, session_cluster, wait_state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def grove_cluster(offline_clusters: Any) -> Iterator[tuple[OfflineCluster, Kube]]:
-    cluster: OfflineCluster = offline_clusters.get("multinode", orchestrators=("grove",))
-    kube = cluster.kube()
-    yield cluster, kube
-    kube.close()
+    with session_cluster(offline_clusters, "multinode", orchestrators=("grove",)) as pair:
+        yield pair
 
 
 def test_a_multinode_dgd_becomes_grove_objects_and_a_kai_bound_gang(

@@ -15,17 +15,24 @@ from deploy_suite.errors import KubeError
 from deploy_suite.kube import Kube
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.offline.operator_sim.components import worker_hash
-from tests.integration.replica import ALPHA, BETA, DCD, manifest, namespace, ready_condition, wait_state
+from tests.integration.replica import (
+    ALPHA,
+    BETA,
+    DCD,
+    manifest,
+    namespace,
+    ready_condition,
+    session_cluster,
+    wait_state,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def pre_one(offline_clusters: Any) -> Iterator[tuple[OfflineCluster, Kube]]:
-    cluster: OfflineCluster = offline_clusters.get("default", operator="0.9")
-    kube = cluster.kube()
-    yield cluster, kube
-    kube.close()
+    with session_cluster(offline_clusters, "default", operator="0.9") as pair:
+        yield pair
 
 
 def test_pre_one_serves_v1alpha1_only_and_never_writes_observed_generation(

@@ -17,7 +17,7 @@ from deploy_suite.errors import KubeError
 from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline import procs
 from deploy_suite.offline.cluster import CONTROLLERS, OfflineCluster
-from tests.integration.replica import ALPHA, manifest, namespace, wait_state
+from tests.integration.replica import ALPHA, manifest, namespace, session_cluster, wait_state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 DENIED = 'admission webhook "vdynamographdeployment.kb.io" denied the request: '
@@ -25,10 +25,8 @@ DENIED = 'admission webhook "vdynamographdeployment.kb.io" denied the request: '
 
 @pytest.fixture(scope="module")
 def one_x(offline_clusters: Any) -> Iterator[tuple[OfflineCluster, Kube]]:
-    cluster: OfflineCluster = offline_clusters.get("default", operator="1.x")
-    kube = cluster.kube()
-    yield cluster, kube
-    kube.close()
+    with session_cluster(offline_clusters, "default", operator="1.x") as pair:
+        yield pair
 
 
 def refusal(call: Any) -> str:
