@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from deploy_suite.errors import KubeError
+from deploy_suite.errors import ClusterError, InputError, KubeError
 from deploy_suite.kube import Kube
-from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite.offline import procs
+from deploy_suite.offline.cluster import CONTROLLERS, OfflineCluster
 from deploy_suite.offline.operator_sim.components import worker_hash
 from tests.integration.replica import (
     ALPHA,
@@ -38,7 +39,15 @@ def pre_one(offline_clusters: Any) -> Iterator[tuple[OfflineCluster, Kube]]:
 def test_pre_one_serves_v1alpha1_only_and_never_writes_observed_generation(
         pre_one: tuple[OfflineCluster, Kube]) -> None:
     cluster, kube = pre_one
-    assert cluster.info().operator == "0.9"
+    # The profile is the marker's: a handle without one, `up` again and the controllers keep it.
+    again = OfflineCluster(cluster.name, log=lambda _m: None)
+    assert again.info().operator == again.operator == "0.9"
+    assert again.up().operator == "0.9"
+    assert "--operator 0.9" in procs.cmdline(cluster.status().pids[CONTROLLERS])
+    with pytest.raises(ClusterError, match="already up with operator 0.9"):
+        OfflineCluster(cluster.name, log=lambda _m: None, operator="latest").up()
+    with pytest.raises(InputError, match="unknown operator profile"):
+        OfflineCluster("x", operator="2.0")
     crd = kube.get("CustomResourceDefinition", "dynamographdeployments.nvidia.com")
     assert [(v["name"], v["storage"]) for v in crd["spec"]["versions"]] == [("v1alpha1", True)]
     with namespace(kube) as ns:
