@@ -44,7 +44,7 @@ def test_pre_one_serves_v1alpha1_only_and_never_writes_observed_generation(
     assert again.info().operator == again.operator == "0.9"
     assert again.up().operator == "0.9"
     assert "--operator 0.9" in procs.cmdline(cluster.status().pids[CONTROLLERS])
-    with pytest.raises(ClusterError, match="already up with operator 0.9"):
+    with pytest.raises(ClusterError, match=r"already up with operator 0\.9"):
         OfflineCluster(cluster.name, log=lambda _m: None, operator="latest").up()
     with pytest.raises(InputError, match="unknown operator profile"):
         OfflineCluster("x", operator="2.0")
