@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "the running cluster of this name already uses)")
     cluster.add_argument("--with", dest="orchestrators", action="append", default=None, metavar="API",
                          help="for `up`: install a multinode orchestrator's API, lws or grove (repeatable)")
+    cluster.add_argument("--conversion-webhook", action="store_true", default=None,
+                         help="for `up` with --operator latest: convert DGDs between v1alpha1 and v1beta1 through "
+                              "a TLS conversion webhook")
     cluster.add_argument("--json", action="store_true", help="print the cluster's description as JSON")
     sub.add_parser("binaries", help="build (or reuse) the offline cluster's binaries and print their directory")
     report = sub.add_parser("report", help="render an HTML report from a deployment_ledger.json")
@@ -65,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         from deploy_suite.offline.cluster import OfflineCluster  # noqa: PLC0415
 
         cluster = OfflineCluster(args.name, args.pools, args.kubeconfig, args.apiserver_port, log=_log,
-                                 operator=args.operator, orchestrators=args.orchestrators)
+                                 operator=args.operator, orchestrators=args.orchestrators,
+                                 conversion_webhook=args.conversion_webhook)
         if args.action == "up":
             info = cluster.up()
         elif args.action == "down":

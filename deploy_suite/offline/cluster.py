@@ -86,10 +86,13 @@ class ClusterInfo:
 class OfflineCluster:
     def __init__(self, name: str = "dev", pools_spec: str | Path = "default", kubeconfig: str | Path | None = None,
                  apiserver_port: int = 0, log: Log = print, operator: str | None = None,
-                 orchestrators: tuple[str, ...] | list[str] | None = None) -> None:
+                 orchestrators: tuple[str, ...] | list[str] | None = None,
+                 conversion_webhook: bool | None = None) -> None:
         """``operator`` is the operator replica's profile (``0.9``, ``1.x``, ``latest``) and
         ``orchestrators`` the multinode APIs installed (``lws``, ``grove``); None keeps what a cluster
-        of this name already runs (its marker), else the default profile without orchestrators."""
+        of this name already runs (its marker), else the default profile without orchestrators.
+        ``conversion_webhook`` (profile ``latest``) converts DGDs between the served versions through
+        a TLS conversion webhook instead of serving one stored shape under both."""
         if not _NAME.match(name):
             raise ClusterError(f"cluster name {name!r} is not a DNS label of at most 32 characters; "
                                "fix: use lowercase letters, digits and '-' (e.g. --name dev)")
@@ -97,6 +100,7 @@ class OfflineCluster:
             profiles.get(operator)  # an unknown profile fails before anything starts
         self._operator = operator
         self._orchestrators = profiles.orchestrators(list(orchestrators)) if orchestrators is not None else None
+        self._conversion = conversion_webhook
         self.name = name
         self.pools_spec = str(pools_spec)
         self.apiserver_port = apiserver_port
@@ -147,6 +151,12 @@ class OfflineCluster:
         if self._orchestrators is not None:
             return self._orchestrators
         return profiles.orchestrators(list((self._marker() or {}).get("with", [])))
+
+    @property
+    def conversion_webhook(self) -> bool:
+        if self._conversion is not None:
+            return self._conversion
+        return bool((self._marker() or {}).get("conversion_webhook", False))
 
     def info(self) -> ClusterInfo:
         marker = self._marker() or {}
@@ -291,6 +301,7 @@ class OfflineCluster:
             "name": self.name, "context": self.context, "kubeconfig": str(self.kubeconfig),
             "pools": self.pools_spec, "pools_source": str(pools.resolve(self.pools_spec).resolve()),
             "operator": self.operator, "with": list(self.orchestrators), "webhook_port": procs.free_port(),
+            "conversion_webhook": self.conversion_webhook,
             "created_at": clock.iso_now(), "created_by": "deploy-suite"}, indent=2))
 
     @property
@@ -380,6 +391,10 @@ class OfflineCluster:
     def _install_manifests(self, kube: Kube, timeout: float) -> None:
         """Our CRDs (DGD, DCD) and kwok's default stages, before any node or workload exists."""
         crds = profiles.shape_crds(profiles.get(self.operator), yamlio.load_all(MANIFESTS / "crds.yaml"))
+        if self.conversion_webhook and self.webhook_port and profiles.get(self.operator).storage == "v1beta1":
+            for crd in crds:
+                if crd["metadata"]["name"] == "dynamographdeployments.nvidia.com":
+                    crd["spec"]["conversion"] = webhook.conversion_stanza(self.webhook_port, self.webhook_dir)
         for orchestrator in self.orchestrators:  # the multinode APIs the operator detects
             crds += yamlio.load_all(MANIFESTS / f"{orchestrator}-crds.yaml")
         for crd in crds:

@@ -11,6 +11,8 @@ Paths:
 
 * ``/validate-nvidia-com-dynamographdeployment``: the operator's DGD rules
   (:mod:`deploy_suite.offline.operator_sim.admission`);
+* ``/convert``: the DGD conversion v1alpha1 <-> v1beta1
+  (:mod:`deploy_suite.offline.operator_sim.conversion`), when ``cluster up --conversion-webhook``;
 * ``/refuse-pods``: refuses every pod it is asked about, for the pod-admission fault switch
   (:func:`deploy_suite.offline.faults.pod_admission_refusal`), whose configuration selects the pods.
 
@@ -32,13 +34,14 @@ from typing import Any
 
 from deploy_suite.errors import ClusterError
 from deploy_suite.offline.faults import REFUSE_PODS_PATH, WEBHOOK_INFO_CONFIGMAP
-from deploy_suite.offline.operator_sim import admission
+from deploy_suite.offline.operator_sim import admission, conversion
 from deploy_suite.offline.operator_sim.profiles import Profile
 
 Obj = dict[str, Any]
 Log = Callable[[str], None]
 
 DGD_PATH = "/validate-nvidia-com-dynamographdeployment"
+CONVERT_PATH = "/convert"
 CONFIGURATION_NAME = "dynamo-operator-validating-webhook-configuration"
 INFO_CONFIGMAP = WEBHOOK_INFO_CONFIGMAP
 REFUSAL = "pods refused by the deploy-suite fault switch {name}"
@@ -93,6 +96,12 @@ def dgd_webhook_configuration(profile: Profile, port: int, directory: Path) -> O
     }
 
 
+def conversion_stanza(port: int, directory: Path) -> Obj:
+    """The CRD's ``spec.conversion`` pointing the apiserver at the DGD conversion webhook."""
+    return {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": {
+        "url": base_url(port) + CONVERT_PATH, "caBundle": ca_bundle(directory)}}}
+
+
 def info_configmap(port: int, directory: Path) -> Obj:
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": INFO_CONFIGMAP[1], "namespace": INFO_CONFIGMAP[0]},
@@ -120,6 +129,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(400, "not an AdmissionReview")
             return
         path = self.path.split("?", 1)[0]
+        if path == CONVERT_PATH:
+            self._send({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                        "response": conversion.review(request)})
+            return
         if path == DGD_PATH:
             verdict = admission.review(request, update_rules=self.server.profile.update_rules,
                                        field_errors=self.server.profile.field_errors)
@@ -132,7 +145,10 @@ class _Handler(BaseHTTPRequestHandler):
         if not verdict.allowed:
             self.server.log(f"webhook: denied {request.get('operation')} {request.get('kind', {}).get('kind')} "
                             f"{request.get('namespace')}/{request.get('name')}: {verdict.message}")
-        body = json.dumps(_response(str(request.get("uid", "")), verdict)).encode()
+        self._send(_response(str(request.get("uid", "")), verdict))
+
+    def _send(self, doc: Obj) -> None:
+        body = json.dumps(doc).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

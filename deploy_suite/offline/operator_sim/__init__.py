@@ -28,6 +28,7 @@ The modules, one seam each:
 * :mod:`.multinode`: LeaderWorkerSets for multinode components, and the pods LWS would make;
 * :mod:`.grove`: the Grove path (PodCliqueSet, PodCliques, scaling groups, gated pods, PodGang);
 * :mod:`.admission`: the validating webhook's DGD rules and messages (pure);
+* :mod:`.conversion`: DGD conversion v1alpha1 <-> v1beta1 for the opt-in conversion webhook (pure);
 * :mod:`.faultswitch`: operator-side fault switches (transient ``failed``, invalid template);
 
 * :mod:`.plan`: what children a DGD asks for, computed from the object alone (pure);
