@@ -53,12 +53,18 @@ def _quota(kube: Kube, ns: str) -> None:
                  "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}}, ns)
 
 
+@pytest.mark.parametrize("source", ["fault", "dgd"])
 def test_an_invalid_pod_template_is_held_at_the_dcd_and_the_dgd_stays_pending(
-        cluster_kube: Kube, scratch_namespace: str) -> None:
+        cluster_kube: Kube, scratch_namespace: str, source: str) -> None:
     kube, ns = cluster_kube, scratch_namespace
-    faults.set_operator_fault(kube, ns, NAME, "invalid-template")
+    doc = manifest("dgd-beta-agg.yaml")
+    if source == "fault":
+        faults.set_operator_fault(kube, ns, NAME, "invalid-template")
+    else:  # the operator passes GPU requests and limits through as written
+        doc["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["resources"] = {
+            "requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "1"}}
     try:
-        kube.apply(manifest("dgd-beta-agg.yaml"), ns)
+        kube.apply(doc, ns)
         dgd = wait_state(kube, BETA, ns, NAME, "pending")
         decode = f"{NAME}-decode-{worker_hash(dgd)}"
 
@@ -74,7 +80,9 @@ def test_an_invalid_pod_template_is_held_at_the_dcd_and_the_dgd_stays_pending(
         events = [e for e in kube.list_items("Event", ns)[0] if e["involvedObject"]["name"] == decode]
         assert [e["reason"] for e in events] == ["FailedCreate"] and events[0]["type"] == "Warning"
         assert kube.get(BETA, NAME, ns)["status"]["state"] == "pending"
-        assert not pods_of(kube, ns, NAME) and kube.get_or_none("Deployment", decode, ns) is None
+        decode_pods = [p for p in pods_of(kube, ns, NAME)
+                       if p["metadata"]["labels"]["nvidia.com/dynamo-component"] == "decode"]
+        assert not decode_pods and kube.get_or_none("Deployment", decode, ns) is None
     finally:
         faults.set_operator_fault(kube, ns, NAME, None)
 

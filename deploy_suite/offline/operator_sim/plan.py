@@ -30,7 +30,6 @@ from deploy_suite.constants import (
 from deploy_suite.dgd import COMPONENT_TYPES, MAIN_CONTAINER, WORKER_TYPES, Component, Dgd, from_documents
 from deploy_suite.errors import InputError, ReconcileError
 from deploy_suite.podspec import flag_value, split_args
-from deploy_suite.scheduling import container_gpus
 
 Obj = dict[str, Any]
 
@@ -100,7 +99,7 @@ class _Pod:
     meta: Obj
     spec: Obj
     shm: str  # /dev/shm size; "0" when disabled
-    gpus: int
+    gpu_sides: dict[str, str]  # v1alpha1 GPU count per side (requests/limits) as written; v1beta1: in the spec
 
 
 def _merge_env(*layers: list[Obj]) -> list[Obj]:
@@ -163,23 +162,23 @@ def _alpha_pod(spec: Obj, svc: Obj, component: Component) -> _Pod:
     meta = {"labels": {**(svc.get("labels") or {}), **(meta_src.get("labels") or {})},
             "annotations": {**(svc.get("annotations") or {}), **(meta_src.get("annotations") or {})}}
     shm = svc.get("sharedMemory") or {}
-    return _Pod(meta, extra, "0" if shm.get("disabled") else str(shm.get("size") or DEFAULT_SHM),
-                component.gpus_per_pod)
+    raw = svc.get("resources") or {}
+    sides = {part: str((raw.get(part) or {})["gpu"]) for part in ("requests", "limits")
+             if (raw.get(part) or {}).get("gpu") not in (None, "")}
+    return _Pod(meta, extra, "0" if shm.get("disabled") else str(shm.get("size") or DEFAULT_SHM), sides)
 
 
 def _beta_pod(comp: Obj, component: Component) -> _Pod:
     template = copy.deepcopy(comp.get("podTemplate") or {})
     meta = template.get("metadata") or {}
     spec = template.get("spec") or {}
-    mains = [c for c in spec.get("containers") or [] if c.get("name") == MAIN_CONTAINER]
-    gpus = container_gpus(mains[0], component.gpu_resource) or 0 if mains else 0
     return _Pod({"labels": dict(meta.get("labels") or {}), "annotations": dict(meta.get("annotations") or {})},
-                spec, str(comp.get("sharedMemorySize") or DEFAULT_SHM), gpus)
+                spec, str(comp.get("sharedMemorySize") or DEFAULT_SHM), {})
 
 
 def _operator_defaults(c: Component, pod: _Pod, dyn_ns: str) -> Obj:
-    """The main container with what the operator adds: frontend command and port, Dynamo env,
-    GPU requests and limits, /dev/shm. Returns the main container (changed in place)."""
+    """The main container with what the operator adds: frontend command and port, worker port and
+    probes, Dynamo env, v1alpha1 GPU requests and limits, /dev/shm. Returns the main container (changed in place)."""
     main: Obj = next(ct for ct in pod.spec.setdefault("containers", []) if ct.get("name") == MAIN_CONTAINER)
     if c.type == "frontend":
         if not main.get("command") and not main.get("args"):
@@ -201,11 +200,13 @@ def _operator_defaults(c: Component, pod: _Pod, dyn_ns: str) -> Obj:
         main.setdefault("readinessProbe", {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 10,
                                            "failureThreshold": 3})
     _set_default_env(main, {"DYN_NAMESPACE": dyn_ns, "DYN_COMPONENT": c.name, "DYN_DISCOVERY_BACKEND": "kubernetes"})
-    if pod.gpus:
+    if pod.gpu_sides:
+        # v1alpha1 `requests.gpu` and `limits.gpu` go to their own side, as written: a limit alone
+        # is completed by the apiserver's defaulting, a request without a limit (or a different
+        # one) is an invalid pod template the apiserver refuses.
         resources = main.setdefault("resources", {})
-        # One count on both sides: a limit alone implies the request; never their sum.
-        for part in ("requests", "limits"):
-            resources.setdefault(part, {})[c.gpu_resource or GPU_RESOURCE] = str(pod.gpus)
+        for part, count in pod.gpu_sides.items():
+            resources.setdefault(part, {})[c.gpu_resource or GPU_RESOURCE] = count
     if pod.shm not in ("0", ""):
         volumes = pod.spec.setdefault("volumes", [])
         if all(v.get("name") != "shared-memory" for v in volumes):
