@@ -6,7 +6,10 @@ its own namespace.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -90,3 +93,14 @@ def test_latest_owns_dgd_dcd_deployment_with_the_operator_names_services_and_fin
     gone = kube.wait_for(BETA, lambda objs: (not objs, f"{len(objs)} left"), awaited="DGD deleted",
                          timeout=30, namespace=ns, name="alpha-disagg")
     assert not gone.objects
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--operator", "2.0"], "--operator: unknown operator profile '2.0'; fix: use one of 0.9, 1.x, latest"),
+    (["--with", "volcano"], "--with: unknown orchestrator volcano; fix: use lws or grove"),
+])
+def test_cluster_up_refuses_an_unknown_profile_or_orchestrator_in_one_line(args: list[str], message: str) -> None:
+    done = subprocess.run([str(Path(sys.executable).with_name("deploy-suite")), "cluster", "up", "--name",
+                           "never-started", *args], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not OfflineCluster("never-started", log=lambda _m: None).dir.exists()
