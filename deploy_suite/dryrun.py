@@ -31,9 +31,9 @@ from deploy_suite.platform import PLATFORM, Verdicts
 # How an apiserver says it could not reach a webhook (admission or conversion), as opposed to a
 # webhook's own refusal ("admission webhook ... denied the request").
 _UNREACHABLE = re.compile(r"failed calling webhook|failed to call webhook|connection refused|no endpoints available"
-                          r"|context deadline exceeded|conversion webhook for \S+ failed|no route to host"
+                          r"|context deadline exceeded|conversion webhook for [^:]+? failed|no route to host"
                           r"|i/o timeout|x509: certificate", re.IGNORECASE)
-_HOOK_NAME = re.compile(r'(?:calling|call) webhook "([^"]+)"|conversion webhook for (\S+?) failed'
+_HOOK_NAME = re.compile(r'(?:calling|call) webhook "([^"]+)"|conversion webhook for ([^:]+?) failed'
                         r'|service "([^"]+)"', re.IGNORECASE)
 WEBHOOK_FIX = ("the Dynamo operator's webhook is unreachable: check the operator pod and its webhook Service's "
                "endpoints (kubectl get pods,endpoints -A -l app.kubernetes.io/part-of=dynamo-operator); "

@@ -337,7 +337,7 @@ class Kube:
         """``kind`` as :func:`resolve` gives it; the table's entry of an operator kind in the version
         resolved for it (a caller naming another version explicitly keeps it)."""
         res = resolve(kind)
-        return self._versions.get(res.kind, res) if res.kind in VERSIONED_KINDS and res == KNOWN[res.kind] else res
+        return self._versions.get(res.kind, res) if res.kind in VERSIONED_KINDS and res is KNOWN[res.kind] else res
 
     # ------------------------------------------------------------------ reads
     def get(self, kind: str | Resource, name: str, namespace: str | None = None, metadata_only: bool = False) -> Obj:

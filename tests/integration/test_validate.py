@@ -391,8 +391,12 @@ def test_namespaced_identity_gets_real_forbidden_answers_that_become_limitations
     audit = audit_requests(offline_cluster, probe.as_identity(deployer_identity), probe.user_agent)
     assert {e["user"]["username"] for e in audit} == {deployer_identity.username}
     forbidden = {(e["verb"], e["objectRef"]["resource"]) for e in audit if e["responseStatus"]["code"] == 403}
+    # The platform checks' cluster-scope reads too (webhook configurations, the operator's Deployment).
     assert forbidden == {("get", "namespaces"), ("get", "customresourcedefinitions"), ("list", "storageclasses"),
-                         ("list", "nodes")}
+                         ("list", "nodes"), ("list", "validatingwebhookconfigurations"),
+                         ("list", "mutatingwebhookconfigurations"), ("list", "deployments")}
+    assert ev["platform"]["operator"]["state"] == "forbidden" and ev["platform"]["webhooks"]["validating"] == \
+        "forbidden"
     assert_read_only(audit)
     assert_secrets_by_name_only(audit)
     assert_no_canary(report, probe, staged, audit)
