@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_suite import dryrun, experiment, ownership
-from deploy_suite.errors import StepBlocked
-from deploy_suite.kube import DGD, Kube, Obj
+from deploy_suite import dryrun, experiment, ledger, ownership, validate
+from deploy_suite.errors import LedgerError, StepBlocked
+from deploy_suite.kube import DGD, KNOWN, Kube, Obj
 from deploy_suite.validate import Preflight, ValidationReport
 from tests import fakekube
 from tests.fakekube import FakeApi
@@ -224,3 +224,37 @@ def test_support_documents_are_dry_run_as_written(fake: tuple[FakeApi, Kube]) ->
     assert [(r["object"], r["result"]) for r in out.evidence["dry_run"]] == [
         ("DynamoGraphDeployment/llm", "accepted"), ("PersistentVolumeClaim/model-cache", "accepted")]
     assert out.evidence["dgd_dry_run"]["mode"] == "create"
+
+
+def test_the_ledger_records_the_mode_and_its_schema_checks_it(fake: tuple[FakeApi, Kube]) -> None:
+    api, kube = fake
+    live(api, candidate())
+    out = run(kube, candidate())
+    report = ValidationReport(evidence=dict(out.evidence))
+    report.evidence["platform"] = {"kubernetes_version": "v1.36.1", "operator": {"state": "unknown"}}
+    data = ledger.new_document(deploy_id="deploy-iter-001", iteration=1, provenance="user-interviewer",
+                               step_names=["step2_validate"])
+    Preflight(report, None, None, []).record(ledger.Ledger(data))
+    ledger.validate(data)
+    assert data["preflight"]["dgd_dry_run"]["mode"] == "create-as"
+    data["preflight"]["dgd_dry_run"]["mode"] = "sideways"
+    with pytest.raises(LedgerError, match="preflight/dgd_dry_run/mode"):
+        ledger.validate(data)
+
+
+def test_step2_as_a_whole_dry_runs_the_same_named_candidate_as_a_create(
+        fake: tuple[FakeApi, Kube], tmp_path: Path) -> None:
+    api, kube = fake
+    api.served.append(DGD)
+    api.admission.append(topology_is_immutable)
+    api.put(KNOWN["Namespace"], {"metadata": {"name": NS}})
+    api.put(KNOWN["CustomResourceDefinition"], {"metadata": {"name": validate.DGD_CRD}})
+    live(api, candidate("dgd_v1alpha1_agg.yaml"))
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text(yaml.safe_dump(candidate("dgd_v1alpha1_disagg.yaml")))
+    report = validate.validate(kube, validate.ValidationInputs(
+        namespace=NS, deploy_path=deploy, support_paths={}, baseline_dgd_path=None, workload={},
+        display_root=tmp_path, retiring=(NS, "llm"), retiring_uid=PREV_UID))
+    assert "dry-run" not in [b.cls for b in report.blockers] and "platform" not in [b.cls for b in report.blockers]
+    assert report.evidence["dgd_dry_run"]["mode"] == "create-as"
+    assert report.evidence["platform"]["dgd_api"]["used"]["DynamoGraphDeployment"] == "v1alpha1"
