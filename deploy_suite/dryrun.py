@@ -46,8 +46,8 @@ _TRIES = 3
 def webhook_fault(text: str) -> str | None:
     """The webhook (or its Service) a refusal says could not be called ("" when unnamed); None when
     the refusal is a verdict on the object itself."""
-    if not _UNREACHABLE.search(text):
-        return None
+    if "denied the request" in text or not _UNREACHABLE.search(text):
+        return None  # a webhook that answered: its verdict, whatever its message quotes
     named = _HOOK_NAME.search(text)
     return next((g for g in named.groups() if g), "") if named else ""
 

@@ -119,7 +119,9 @@ class PlatformCheck:
         self.ev["dgd_api"] = record
         if self.groups is None:
             return
-        served = self.kube.served_versions(DGD_GROUP, DGD_KIND)
+        served = self._served(DGD_GROUP, DGD_KIND)
+        if served is None:
+            return
         record["served"] = served
         record["preferred"] = self.groups.get(DGD_GROUP, ([], ""))[1] or None
         wanted = api.rpartition("/")[2]
@@ -129,7 +131,15 @@ class PlatformCheck:
                            f"write the candidate in a served version ({DGD_GROUP}/{served[0]}) or install a Dynamo "
                            "platform whose CRDs serve this one")
         if served:
-            record["used"] = {kind: version for kind, version in self.kube.resolve_versions(api).items()}
+            record["used"] = dict(self.kube.resolve_versions(api))
+
+    def _served(self, group: str, kind: str) -> list[str] | None:
+        """The versions of ``group`` serving ``kind``; None (a limitation) when discovery is forbidden."""
+        try:
+            return self.kube.served_versions(group, kind)
+        except Forbidden:
+            self.out.limitations.append(f"API discovery of {group} forbidden: the versions serving {kind} are unknown")
+            return None
 
     # ------------------------------------------------------------------ webhooks and the operator
     def webhooks(self) -> list[tuple[str, str]]:
@@ -277,7 +287,9 @@ class PlatformCheck:
             self._kai_queue(str(queue))
 
     def _kai_queue(self, queue: str) -> None:
-        served = self.kube.served_versions(KAI_GROUP, "Queue")
+        served = self._served(KAI_GROUP, "Queue")
+        if served is None:
+            return
         if not served:
             self.out.block(f"the DGD names the KAI queue {queue!r} ({KAI_QUEUE_ANNOTATION}) but the KAI scheduler's "
                            f"API ({KAI_GROUP}) is not served on {self.kube.context}",

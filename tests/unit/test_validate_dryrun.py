@@ -186,6 +186,7 @@ def test_an_unreachable_webhook_is_named(text: str, hook: str) -> None:
 @pytest.mark.parametrize("text", [
     'admission webhook "vdynamographdeployment.kb.io" denied the request: image is required',
     'DynamoGraphDeployment.nvidia.com "llm" is invalid: spec.services: Required value',
+    'admission webhook "vdynamographdeployment.kb.io" denied the request: model endpoint: connection refused',
 ])
 def test_a_webhooks_own_refusal_is_the_manifests(text: str) -> None:
     assert dryrun.webhook_fault(text) is None

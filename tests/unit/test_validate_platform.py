@@ -116,6 +116,15 @@ def test_forbidden_discovery_is_a_limitation(fake: tuple[FakeApi, Kube, list[Any
     assert any("orchestrators the DGD needs are unverified" in w for w in out.limitations)
 
 
+def test_forbidden_group_discovery_is_a_limitation(fake: tuple[FakeApi, Kube, list[Any]]) -> None:
+    api, kube, _ = fake
+    serve(api)
+    api.fail("GET", "/apis/nvidia.com/v1alpha1", fakekube.forbidden("get", "nvidia.com"))
+    out = check(kube, doc())
+    assert out.blockers == [] and "served" not in out.evidence["dgd_api"]
+    assert any("API discovery of nvidia.com forbidden" in w for w in out.limitations)
+
+
 # ------------------------------------------------------------------ Grove and KAI asked for by annotation
 
 
