@@ -35,6 +35,8 @@ KAI_QUEUE_ANNOTATION = "nvidia.com/kai-scheduler-queue"
 GFD_LABELS = (GPU_PRODUCT_LABEL, "nvidia.com/gpu.present", "nvidia.com/gpu.count")
 # Labels the operator's Helm chart puts on its Deployment, tried when no webhook names its Service.
 OPERATOR_SELECTORS = ("app.kubernetes.io/part-of=dynamo-operator", "app.kubernetes.io/name=dynamo-operator")
+# The label Grove's Helm chart puts on its operator Deployment.
+GROVE_SELECTOR = "app.kubernetes.io/name=grove-operator"
 WEBHOOK_CONFIGS = {
     "validating": Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", False,
                            "ValidatingWebhookConfiguration"),
@@ -283,8 +285,30 @@ class PlatformCheck:
                            "would fail the DGD with 'no multinode orchestrator available'",
                            "install Grove, or LeaderWorkerSet and Volcano, on the cluster; or run the candidate "
                            "on one node per replica")
+        if GROVE_GROUP in self.groups and (wants_grove or need.get("orchestrator") == "grove"):
+            self._grove_health()
         if queue:
             self._kai_queue(str(queue))
+
+    def _grove_health(self) -> None:
+        """Grove's operator Deployment (its chart's label) Available when the DGD goes the Grove way;
+        ``unknown`` when not found (installed otherwise)."""
+        try:
+            items = self.kube.list_items("Deployment", None, label_selector=GROVE_SELECTOR)[0]
+        except Forbidden:
+            self.ev["needs"]["grove_operator"] = "forbidden"
+            self.out.limitations.append("Grove's operator Deployment cannot be read: its health is unknown")
+            return
+        if not items:
+            self.ev["needs"]["grove_operator"] = "unknown"
+            return
+        meta = items[0]["metadata"]
+        where = f"{meta.get('namespace')}/{meta.get('name')}"
+        available = _available(items[0])
+        self.ev["needs"]["grove_operator"] = f"{where} {'available' if available else 'unavailable'}"
+        if not available:
+            self.out.block(f"Grove's operator Deployment {where} is not Available: the DGD's pods would never be "
+                           "created", OPERATOR_FIX.format(ns=meta.get("namespace"), name=meta.get("name")))
 
     def _kai_queue(self, queue: str) -> None:
         served = self._served(KAI_GROUP, "Queue")

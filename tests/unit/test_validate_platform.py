@@ -85,6 +85,20 @@ def test_a_multinode_dgd_needs_grove_or_lws_with_volcano(
         assert out.blockers == []
 
 
+@pytest.mark.parametrize(("available", "state"), [(True, "available"), (False, "unavailable"), (None, "unknown")])
+def test_grove_s_operator_must_be_available_when_the_dgd_goes_the_grove_way(
+        fake: tuple[FakeApi, Kube, list[Any]], available: bool | None, state: str) -> None:
+    api, kube, _ = fake
+    serve(api, GROVE)
+    if available is not None:
+        api.put(KNOWN["Deployment"], {"metadata": {"name": "grove-operator", "namespace": "grove-system",
+                                                   "labels": {"app.kubernetes.io/name": "grove-operator"}},
+                                      "status": {"conditions": [{"type": "Available", "status": str(available)}]}})
+    out = check(kube, doc("dgd_multinode.yaml"))
+    assert out.evidence["needs"]["grove_operator"].endswith(state)
+    assert classes(out) == ([] if available is not False else ["platform"])
+
+
 def test_grove_switched_off_by_annotation_does_not_count(fake: tuple[FakeApi, Kube, list[Any]]) -> None:
     api, kube, _ = fake
     serve(api, GROVE)
