@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploy_suite import clock, triage
+from deploy_suite import clock, operator_status, triage
 from deploy_suite.constants import GPU_RESOURCE, LABEL_DGD_NAME, LABEL_JOB_NAME
-from deploy_suite.errors import StepFailure
+from deploy_suite.errors import StepBlocked, StepFailure
 from deploy_suite.kube import Kube
 from deploy_suite.resources import DGD, Obj
 from deploy_suite.scheduling import pod_gpus
@@ -214,8 +214,13 @@ def milestones(pod: Obj) -> set[str]:
 
 @dataclass
 class DgdReady:
-    """The DGD Ready with state ``successful`` and observedGeneration current, and ``expected_pods``
-    of its pods Running and ready.
+    """The DGD Ready with state ``successful`` for its current spec, and ``expected_pods`` of its
+    pods Running and ready.
+
+    The status counts only when it describes the current spec (:func:`operator_status.generation`:
+    observedGeneration where the operator writes it, otherwise a rule safe against a stale Ready).
+    A ``failed`` state is a verdict when its text is a known-permanent reconcile error, or when it
+    persists for ``failed_grace_s``; one that clears is recorded in ``reconcile_errors``.
 
     On the way it notes when the first GPU pod was bound (``allocated_at``, reported through
     ``on_allocated``), records contention and image pulls being retried (waiting can help), notes
@@ -229,16 +234,21 @@ class DgdReady:
     name: str
     expected_pods: int
     on_allocated: Callable[[str], None] | None = None
+    field_manager: str | None = None
+    failed_grace_s: float = 30.0
     allocated_at: str | None = None
     contention: list[dict[str, Any]] = field(default_factory=list)
     dgd_state: str | None = None
     ready_condition: str | None = None
     ready_reason: str | None = None
+    generation_rule: str | None = None
+    reconcile_errors: list[dict[str, Any]] = field(default_factory=list)
     reached: set[str] = field(default_factory=set)
     last_progress: str = "nothing yet"
     last_progress_at: str | None = None
     progress_mono: float = field(default_factory=clock.monotonic)
     _waits: dict[str, str] = field(default_factory=dict)
+    _failed_since: float | None = None
 
     @property
     def awaited(self) -> str:
@@ -262,22 +272,55 @@ class DgdReady:
             self.progressed(new[-1] if len(new) == 1 else f"{new[-1]} (and {len(new) - 1} more)")
         obj = seen["dgd"].get(f"{self.triage.namespace}/{self.name}")
         st = (obj or {}).get("status") or {}
-        cond: Obj = next((c for c in st.get("conditions") or [] if c.get("type") == "Ready"), {})
+        cond = operator_status.ready_condition(st)
         self.dgd_state, self.ready_condition = st.get("state"), cond.get("status")
         self.ready_reason = cond.get("reason")
-        if st.get("state") == "failed":
-            raise StepFailure(f"DGD reconciliation error: {cond.get('message') or cond.get('reason')}",
-                              "reconcile-error", [f"dgd/{self.name} status: {st.get('state')} "
-                                                  f"{cond.get('reason')}: {cond.get('message')}"])
+        self._judge_failed(st)
         ready = sum(pod_ready(p) for p in pods)
-        gen_ok = obj is not None and st.get("observedGeneration") == obj["metadata"].get("generation")
-        done = (obj is not None and st.get("state") == "successful" and cond.get("status") == "True" and gen_ok
+        gen = operator_status.generation(obj, self.field_manager) if obj is not None else None
+        self.generation_rule = gen.rule if gen is not None else None
+        done = (gen is not None and gen.current and st.get("state") == "successful" and cond.get("status") == "True"
                 and ready >= self.expected_pods)
         desc = (f"dgd/{self.name} state={st.get('state')} Ready={cond.get('status')} "
                 f"({cond.get('reason') or '-'}), pods ready {ready}/{self.expected_pods}")
+        if gen is not None and not gen.current:
+            desc += (" (the status describes an older generation: observedGeneration behind" if gen.rule ==
+                     "observedGeneration" else " (no observedGeneration and Ready has not turned True since this "
+                     "experiment's apply") + ")"
+        if self._failed_since is not None:
+            desc += f"; reconcile error for {clock.monotonic() - self._failed_since:.0f}s, not yet a verdict"
         if self.contention:
             desc += f"; contention: {self.contention[-1]['diagnosis'][:120]}"
         return done, desc
+
+    def _judge_failed(self, st: Obj) -> None:
+        """``failed`` is a verdict when its text is known-permanent or it outlasts the grace period."""
+        if st.get("state") != "failed":
+            if self._failed_since is not None:
+                self.reconcile_errors[-1].update(outcome="recovered", cleared_at=clock.iso_now(),
+                                                 seconds=round(clock.monotonic() - self._failed_since, 3))
+                self._failed_since = None
+            return
+        text = operator_status.error_text(st)
+        if self._failed_since is None:
+            self._failed_since = clock.monotonic()
+            self.reconcile_errors.append({"first_seen_at": clock.iso_now(), "message": text, "outcome": "pending"})
+        permanent = operator_status.permanent_error(text)
+        lasted = clock.monotonic() - self._failed_since
+        if permanent is None and lasted < self.failed_grace_s:
+            return
+        entry = self.reconcile_errors[-1]
+        entry.update(message=text, outcome="permanent" if permanent else "persisted", seconds=round(lasted, 3))
+        why = (f"a known-permanent reconcile error ({permanent})" if permanent else
+               f"the reconcile error persisted for {lasted:.0f}s (grace {self.failed_grace_s:.0f}s)")
+        if permanent == "platform":
+            raise StepBlocked("platform", f"the operator cannot run dgd/{self.name} on this cluster: {text} ({why})",
+                              "install what the operator names (for multinode: Grove, or LWS with Volcano) or "
+                              "choose a candidate this cluster can run")
+        reason = operator_status.ready_condition(st).get("reason")
+        raise StepFailure(f"DGD reconciliation error: {text} ({why})",
+                          "dependency" if permanent == "dependency" else "reconcile-error",
+                          [f"dgd/{self.name} status: failed {reason}: {text}"])
 
     def _judge_pod(self, pod: Obj) -> None:
         if self.allocated_at is None and pod["spec"].get("nodeName") and gpus_of(pod) > 0:
