@@ -392,6 +392,7 @@ class Readiness:
     last_progress: dict[str, Any] | None = None  # what advanced last, when
     generation_rule: str | None = None  # how the status was known to describe the current spec
     reconcile_errors: list[dict[str, Any]] = field(default_factory=list)  # `failed` states seen, and their outcome
+    verdict_at: str | None = None  # when the wait gave its verdict, to the microsecond (time to verdict)
     # Not part of the ledger section:
     config_engagement: list[dict[str, Any]] = field(default_factory=list)
     failed: bool = False
@@ -417,7 +418,7 @@ class Readiness:
             ledger.set_section("readiness", {"state": self.state, "diagnosis": self.diagnosis,
                                              "evidence": self.evidence, "last_progress": self.last_progress,
                                              "contention": self.contention, "reconcile_errors": self.reconcile_errors,
-                                             "failure_evidence": self.failure_evidence})
+                                             "verdict_at": self.verdict_at, "failure_evidence": self.failure_evidence})
             if self.failed_attempt:
                 ledger.add_failed_attempt("step6_readiness", self.state, self.evidence, self.diagnosis)
             if self.teardown is not None:
@@ -491,6 +492,7 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
     if frontend_expected and service and kube.get_or_none("Service", service, namespace) is None:
         raise StepFailure(f"frontend Service {service} is missing", "missing-frontend-service")
     out.seconds = round(clock.monotonic() - started, 3)
+    out.verdict_at = clock.now().isoformat().replace("+00:00", "Z")
     return out
 
 
@@ -550,13 +552,15 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
                          on_progress=run.progress, on_allocated=allocated, no_progress_s=t.readiness_no_progress_s,
                          failed_grace_s=t.reconcile_error_grace_s)
     except (StepFailure, StepBlocked) as exc:
+        verdict_at = clock.now().isoformat().replace("+00:00", "Z")
         progress = exc.result if isinstance(exc.result, dict) else None
         # A platform fault (StepBlocked) is not the candidate's attempt: kept, never a failed attempt.
         failed = Readiness(exc.category if isinstance(exc, StepFailure) else exc.cls, diagnosis=str(exc),
                            evidence=exc.evidence if isinstance(exc, StepFailure) else [exc.message], failed=True,
                            failed_attempt=isinstance(exc, StepFailure) and exc.failed_attempt,
                            last_progress=progress, contention=list((progress or {}).get("contention") or []),
-                           reconcile_errors=list((progress or {}).get("reconcile_errors") or []))
+                           reconcile_errors=list((progress or {}).get("reconcile_errors") or []),
+                           verdict_at=verdict_at)
         found, text = evidence.collect(kube, run.namespace, dgd.name)
         found.log_file = run.rel(evidence.write(run.deploy_root / "logs", dgd.name, text))
         failed.failure_evidence = found.as_dict()

@@ -380,7 +380,8 @@ def test_readiness_waits_for_the_dgd_and_every_pod_and_records_the_engagement(fa
     data = run.ledger.data
     assert data["readiness"] == ready.as_dict() and list(data["readiness"]) == [
         "state", "dgd_state", "ready_condition", "ready_reason", "components", "allocated_at", "contention",
-        "diagnosis", "evidence", "seconds", "last_progress", "generation_rule", "reconcile_errors"]
+        "diagnosis", "evidence", "seconds", "last_progress", "generation_rule", "reconcile_errors",
+        "verdict_at"]
     assert data["allocated_at"] == ready.allocated_at
     assert json.loads(run.ledger.path.read_text())["allocated_at"] == ready.allocated_at  # saved at once
     assert [(e["pod"], e["component"], e["gpus"]) for e in data["config_engagement"]] == [
