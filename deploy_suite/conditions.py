@@ -121,6 +121,14 @@ class PendingTriage:
         return verdict
 
 
+def blocked_by_platform(verdict: triage.Verdict) -> None:
+    """A platform fault (webhook, device plugin, GPU runtime) blocks the step: it is not the
+    candidate's failure, so it is never a failed run charged to its budget (README.md, step 6)."""
+    if verdict.category == triage.PLATFORM:
+        raise StepBlocked("platform", f"{verdict.diagnosis}; evidence: {' | '.join(verdict.evidence)}",
+                          "fix the cluster's platform component named here, then rerun")
+
+
 # ---------------------------------------------------------------------------- deletions
 def dgd_gone(namespace: str, name: str) -> Named:
     def judge(seen: Seen) -> tuple[bool, str]:
@@ -183,6 +191,7 @@ class JobComplete:
         for pod in seen["pods"].values():
             verdict = self.triage.verdict(pod)
             if verdict is not None and not verdict.can_wait:
+                blocked_by_platform(verdict)
                 raise StepFailure(f"{self.kind} job {self.job} cannot run: {verdict.diagnosis}", verdict.category,
                                   verdict.evidence)
         st = obj.get("status") or {}
@@ -334,6 +343,7 @@ class DgdReady:
             if verdict.can_wait:
                 self._note_wait(pod["metadata"]["name"], verdict, once)
                 continue
+            blocked_by_platform(verdict)
             raise StepFailure(verdict.diagnosis, verdict.category, verdict.evidence,
                               failed_attempt=verdict.category in {triage.FAILED_DEPLOY, triage.CRASH})
 
