@@ -10,11 +10,11 @@ schedule, a crash loop), so such a wait stops at once instead of running into it
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploy_suite import clock, operator_status, triage
+from deploy_suite import clock, operator_status, triage, triage_objects
 from deploy_suite.constants import GPU_RESOURCE, LABEL_DGD_NAME, LABEL_JOB_NAME
 from deploy_suite.errors import StepBlocked, StepFailure
 from deploy_suite.kube import Kube
@@ -25,6 +25,10 @@ from deploy_suite.watch import Judge, Seen, Watch
 # kube-scheduler's VolumeBinding filter: `persistentvolumeclaim "model-cache" not found`.
 Verdict = triage.Verdict  # the dataclass below has a field named triage
 _CLAIM_NOT_FOUND = re.compile(r'persistentvolumeclaim "([^"]+)" not found')
+# The objects between a DGD and its pods on every operator path (docs/operator-generations.md): an
+# error that stops pods from being created is told in their events (``FailedCreate``), not a pod's.
+BELOW_DGD = frozenset({"DynamoComponentDeployment", "Deployment", "ReplicaSet", "StatefulSet", "LeaderWorkerSet",
+                       "PodCliqueSet", "PodClique", "PodCliqueScalingGroup", "PodGroup", "Workload"})
 
 
 @dataclass(frozen=True)
@@ -245,6 +249,7 @@ class DgdReady:
     on_allocated: Callable[[str], None] | None = None
     field_manager: str | None = None
     failed_grace_s: float = 30.0
+    components: tuple[str, ...] = ()  # the DGD's component names: the names its children take
     allocated_at: str | None = None
     contention: list[dict[str, Any]] = field(default_factory=list)
     dgd_state: str | None = None
@@ -266,7 +271,8 @@ class DgdReady:
     @property
     def watches(self) -> Mapping[str, Watch]:
         return {"dgd": Watch(DGD, self.triage.namespace, self.name),
-                "pods": Watch("Pod", self.triage.namespace, label_selector=f"{LABEL_DGD_NAME}={self.name}")}
+                "pods": Watch("Pod", self.triage.namespace, label_selector=f"{LABEL_DGD_NAME}={self.name}"),
+                "events": Watch("Event", self.triage.namespace, field_selector="type=Warning")}
 
     def progressed(self, what: str) -> None:
         self.last_progress, self.last_progress_at, self.progress_mono = what, clock.iso_now(), clock.monotonic()
@@ -280,6 +286,8 @@ class DgdReady:
             self.reached.update(new)
             self.progressed(new[-1] if len(new) == 1 else f"{new[-1]} (and {len(new) - 1} more)")
         obj = seen["dgd"].get(f"{self.triage.namespace}/{self.name}")
+        if len(pods) < self.expected_pods:  # once every pod exists, a refusal to create one is history
+            self._judge_below(obj, seen.get("events", {}).values())
         st = (obj or {}).get("status") or {}
         cond = operator_status.ready_condition(st)
         self.dgd_state, self.ready_condition = st.get("state"), cond.get("status")
@@ -330,6 +338,42 @@ class DgdReady:
         raise StepFailure(f"DGD reconciliation error: {text} ({why})",
                           "dependency" if permanent == "dependency" else "reconcile-error",
                           [f"dgd/{self.name} status: failed {reason}: {text}"])
+
+    def _is_child(self, kind: str, name: str) -> bool:
+        """Is ``kind``/``name`` one of this DGD's children, by the names the operator gives them:
+        Grove's PodCliqueSet the DGD's own, its PodCliques ``<dgd>-<index>-<component>[-...]``,
+        anything else ``<dgd>-<component>[-...]`` (DCD, Deployment, ReplicaSet, LeaderWorkerSet);
+        components lowercased as the operator does."""
+        if name == self.name:
+            return True
+        comps = "|".join(re.escape(c.lower()) for c in self.components) or r"[^.]+"
+        index = r"-\d+" if kind in {"PodClique", "PodCliqueScalingGroup"} else ""
+        return re.match(rf"{re.escape(self.name)}{index}-(?:{comps})(?:-|$)", name) is not None
+
+    def _judge_below(self, obj: Obj | None, events: Iterable[Obj]) -> None:
+        """Errors that stop pods from being created (a ResourceQuota, an admission webhook, an
+        invalid pod template), read from the Warning events of the DGD's children since the DGD was
+        created (older ones belong to an earlier DGD of the same name)."""
+        created = clock.parse_iso(((obj or {}).get("metadata") or {}).get("creationTimestamp"))
+        told: dict[tuple[str, str], list[Obj]] = {}
+        for raw in events:
+            event = triage_objects.normalized(raw)
+            involved = event["involvedObject"]
+            kind, name = str(involved.get("kind") or ""), str(involved.get("name") or "")
+            when = clock.parse_iso(triage.event_time(event))
+            recent = created is None or when is None or when >= created
+            if kind in BELOW_DGD and self._is_child(kind, name) and recent:
+                told.setdefault((kind, name), []).append(event)
+        for (kind, name), said in told.items():
+            verdict = triage_objects.triage_object(kind, name, None, said, self.triage.recheck_s)
+            if verdict is None:
+                continue
+            if verdict.can_wait:
+                self._note_wait(f"{kind}/{name}", verdict, True)
+                continue
+            blocked_by_platform(verdict)
+            raise StepFailure(verdict.diagnosis, verdict.category, verdict.evidence,
+                              failed_attempt=verdict.category in {triage.FAILED_DEPLOY, triage.CRASH})
 
     def _judge_pod(self, pod: Obj) -> None:
         if self.allocated_at is None and pod["spec"].get("nodeName") and gpus_of(pod) > 0:

@@ -451,7 +451,8 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
     except Forbidden:
         nodes = None
     ready = conditions.DgdReady(conditions.PendingTriage(kube, namespace, nodes, contention_recheck_s), dgd.name,
-                                sum(expected.values()), on_allocated, kube.field_manager, failed_grace_s)
+                                sum(expected.values()), on_allocated, kube.field_manager, failed_grace_s,
+                                tuple(c.name for c in dgd.components))
     ready.progressed("readiness wait started")
     while True:
         now = clock.monotonic()

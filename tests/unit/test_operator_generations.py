@@ -188,3 +188,69 @@ def test_readiness_records_how_the_status_was_judged_current(fake, tmp_path: Pat
     run = make_run(tmp_path, step="step6_readiness")
     ready = rollout.readiness(run, kube)
     assert ready.generation_rule == "observedGeneration" and ready.reconcile_errors == []
+
+
+# ------------------------------------------------------------------ errors that stop below the DGD
+QUOTA = ('Error creating: pods "demo-vllmdecodeworker-7d9-x2" is forbidden: exceeded quota: gpu-quota, requested: '
+         "requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=0, limited: requests.nvidia.com/gpu=0")
+INVALID = ('Error creating: Pod "demo-vllmdecodeworker-7d9-x2" is invalid: spec.containers[0].resources.requests: '
+           'Invalid value: "1": must be equal to nvidia.com/gpu limit of 2')
+DENIED = 'Error creating: admission webhook "pods.policy.example.com" denied the request: GPU pods need a team label'
+UNREACHABLE = ('Error creating: Internal error occurred: failed calling webhook "pods.policy.example.com": '
+               "dial tcp 127.0.0.1:9: connect: connection refused")
+
+
+def warning(kind: str, name: str, message: str, at: str = "2026-12-01T10:00:03Z", reason: str = "FailedCreate"):
+    return {"metadata": {"name": f"{name}.1", "namespace": NS}, "type": "Warning", "reason": reason,
+            "message": message, "involvedObject": {"kind": kind, "name": name, "namespace": NS},
+            "firstTimestamp": at, "lastTimestamp": at}
+
+
+def below(kube: Kube, *events: dict[str, Any], pods: int = 0) -> tuple[bool, str]:
+    """Judge a DGD (created 10:00:00) with ``pods`` of its 2 pods and the namespace's warnings."""
+    cond = conditions.DgdReady(conditions.PendingTriage(kube, NS), "demo", 2, field_manager=MANAGER,
+                               components=("Frontend", "VllmDecodeWorker"))
+    obj = dgd("pending", ready=False)
+    obj["metadata"]["creationTimestamp"] = "2026-12-01T10:00:00Z"
+    made = {f"{NS}/demo-p{i}": fakekube.pod(f"demo-p{i}", NS, phase="Running", ready=True, node="n0")
+            for i in range(pods)}
+    return cond({"dgd": {f"{NS}/demo": obj}, "pods": made,
+                 "events": {f"{NS}/{e['metadata']['name']}": e for e in events}})
+
+
+@pytest.mark.parametrize(("kind", "name", "message", "category", "failed_attempt"), [
+    ("ReplicaSet", "demo-vllmdecodeworker-7d9", QUOTA, "dependency", False),
+    ("ReplicaSet", "demo-vllmdecodeworker-7d9", DENIED, "dependency", False),
+    ("ReplicaSet", "demo-vllmdecodeworker-7d9", INVALID, "failed-deploy", True),
+    ("LeaderWorkerSet", "demo-vllmdecodeworker-0", QUOTA, "dependency", False),
+    ("PodClique", "demo-0-vllmdecodeworker", DENIED, "dependency", False),
+])
+def test_a_refusal_to_create_pods_is_judged_at_once(fake, kind: str, name: str, message: str, category: str,
+                                                    failed_attempt: bool) -> None:
+    with pytest.raises(StepFailure) as caught:
+        below(fake[1], warning(kind, name, message))
+    assert (caught.value.category, caught.value.failed_attempt) == (category, failed_attempt)
+    assert any(message in line for line in caught.value.evidence)
+
+
+def test_an_unreachable_pod_webhook_blocks_as_a_platform_fault(fake) -> None:
+    with pytest.raises(StepBlocked) as caught:
+        below(fake[1], warning("ReplicaSet", "demo-frontend-5c4", UNREACHABLE))
+    assert caught.value.cls == "platform"
+
+
+@pytest.mark.parametrize(("event", "pods"), [
+    # An earlier DGD of the same name was refused: its events outlive it.
+    (warning("ReplicaSet", "demo-vllmdecodeworker-7d9", QUOTA, at="2026-12-01T09:59:59Z"), 0),
+    # Another DGD's children: "demo-2" is not a component of "demo".
+    (warning("ReplicaSet", "demo-2-frontend-5c4", QUOTA), 0),
+    # Every pod exists: the refusal was overcome (the quota was raised).
+    (warning("ReplicaSet", "demo-vllmdecodeworker-7d9", QUOTA), 2),
+    # A pod's own events are the pod triage's (conditions.PendingTriage).
+    (warning("Pod", "demo-vllmdecodeworker-7d9-x2", "0/2 nodes are available: 2 Insufficient cpu.",
+             reason="FailedScheduling"), 0),
+])
+def test_refusals_that_are_not_this_dgds_or_are_history_are_not_judged(fake, event: dict[str, Any],
+                                                                        pods: int) -> None:
+    done, _ = below(fake[1], event, pods=pods)
+    assert not done
