@@ -51,6 +51,9 @@ class Timeouts:
     smoke_models_attempts: int = 30  # gate 2: 30 x 10 s for the served model to be listed
     smoke_models_interval_s: float = 10.0
     smoke_request_timeout_s: float = 120.0  # one chat completion (gate 3)
+    # Gate 3 asks again while the frontend says the listed model is not routable yet (503 "Model not
+    # ready", a 500 or 404 right after registration: docs/operator-generations.md), this long at most.
+    smoke_chat_not_ready_s: float = 30.0
 
     def as_dict(self) -> dict[str, float | int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -29,7 +29,7 @@ import yaml
 
 from deploy_suite.kube import Obj
 from deploy_suite.offline import faults
-from tests.support.runs import SuiteRun, outcomes
+from tests.support.runs import SuiteRun, outcomes, step
 from tests.support.targets import Target
 
 VERDICT_LOG_ENV = "DEPLOY_SUITE_VERDICT_LOG"
@@ -141,7 +141,7 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
                 readiness.get("state") if failed_step == "step6_readiness" or led["status"] == "ready" else
                 (led.get("failed_attempts") or [{}])[-1].get("category"))
     verdict_at = readiness.get("verdict_at") if failed_step in {"step6_readiness", "step7_smoke"} else \
-        (led["steps"].get(failed_step) or {}).get("ended_at")
+        step(led, failed_step).get("ended_at")
     evidence_at = first_evidence(target, scenario)
     seconds = None
     if evidence_at and verdict_at:
@@ -201,7 +201,8 @@ def _selector(dgd: dict[str, Any]) -> None:
 
 
 def _oversized(dgd: dict[str, Any]) -> None:
-    worker_main(dgd)["resources"] = {"limits": {"nvidia.com/gpu": "64"}}
+    # More memory than any node has (GPUs stay within the experiment's ceiling of 8).
+    worker_main(dgd)["resources"] = {"limits": {"nvidia.com/gpu": "1", "memory": "64Ti"}}
 
 
 def _crash_loop(target: Target) -> None:
