@@ -204,6 +204,8 @@ def _short_of_gpus(pod: Obj, name: str, nodes: Sequence[Obj], evidence: list[str
 def _scheduler_verdict(pod: Obj, name: str, reason: str, message: str, said: Words, nodes: Sequence[Obj] | None,
                        recheck_s: float) -> Verdict:
     """A scheduler's words on ``pod``, with what the pod and the nodes add."""
+    if said.speaker not in {words.SCHEDULER, words.GANG_SCHEDULER}:
+        return from_words(f"pod {name}", reason, message, said, recheck_s)
     head = words.scheduler_head(message)
     evidence = [f"pod {name}: {reason}: {message}"]
     if said.category == DEPENDENCY:
@@ -218,7 +220,7 @@ def _scheduler_verdict(pod: Obj, name: str, reason: str, message: str, said: Wor
         return Verdict(CONTENTION, f"pod {name} is waiting for capacity ({', '.join(sorted(said.capacity))}) on "
                        f"otherwise-eligible nodes; next check in {recheck_s:.0f}s", evidence, can_wait=True,
                        next_check_s=recheck_s)
-    if said.category == FAILED_DEPLOY and said.speaker in {words.SCHEDULER, words.GANG_SCHEDULER}:
+    if said.category == FAILED_DEPLOY:
         detail = ""
         if nodes is not None and "taint" in said.why:
             named = untolerated_taints(pod, nodes)
@@ -227,7 +229,7 @@ def _scheduler_verdict(pod: Obj, name: str, reason: str, message: str, said: Wor
                 evidence.append("untolerated taints (from node specs): " + detail.removeprefix("; untolerated: "))
         return Verdict(FAILED_DEPLOY, f"pod {name} can never schedule as written ({said.why}){detail}", evidence,
                        decisive=said.decisive)
-    if said.category == UNKNOWN and said.speaker == words.SCHEDULER:
+    if said.category == UNKNOWN:
         return Verdict(UNKNOWN, f"pod {name} is unschedulable for a reason not classified: {head}", evidence,
                        can_wait=True, next_check_s=recheck_s)
     return from_words(f"pod {name}", reason, message, said, recheck_s)

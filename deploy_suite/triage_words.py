@@ -83,9 +83,10 @@ _PLATFORM = re.compile(
 # predicates failed ...", KAI "... didn't have enough resources: GPUs"), lowercased.
 _SCHED_DEPENDENCY = (
     "unbound immediate persistentvolumeclaims", "unbound persistentvolumeclaims", "persistentvolumeclaim \"",
-    "didn't find available persistent volumes", "volume node affinity conflict", "exceedsgpuquota",
-    "exceeded quota",
+    "exceedsgpuquota", "exceeded quota",
 )
+# Storage that rules a node out: a dependency unless some other node is only short of capacity.
+_SCHED_STORAGE = ("didn't find available persistent volumes", "volume node affinity conflict")
 # Node health and cordons: the node is out for every pod; it may come back, but not by the candidate.
 _SCHED_PLATFORM = (
     "node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready", "node.kubernetes.io/network-unavailable",
@@ -105,11 +106,17 @@ _SCHED_SHORT = re.compile(
 _KAI_RESOURCES = {"gpus": "nvidia.com/gpu", "gpu": "nvidia.com/gpu", "cpu": "cpu", "memory": "memory"}
 
 
+# What each shortage phrase (the regex's groups 2 to 8) is short of, as a person names it.
+_SHORT_OF = {2: "pods", 3: "host ports", 4: "volume slots", 5: "devices (NodeUnfitPod)", 6: "free resources",
+             8: "device claims"}
+
+
 def _shortages(text: str) -> tuple[str, ...]:
     found: list[str] = []
     for match in _SCHED_SHORT.finditer(text):
-        name = next(g for g in match.groups() if g)
-        found.append(_KAI_RESOURCES.get(name.lower(), name) if match.group(7) else name)
+        group = next(i for i, g in enumerate(match.groups(), 1) if g)
+        name = match.group(group)
+        found.append(_SHORT_OF.get(group) or (_KAI_RESOURCES.get(name.lower(), name) if group == 7 else name))
     return tuple(dict.fromkeys(found))
 
 
@@ -137,7 +144,10 @@ def judge_scheduler(message: str, speaker: str = SCHEDULER) -> Words:
         return Words(DEPENDENCY, speaker, ", ".join(dependency))
     short = _shortages(head)
     if short:
-        return Words(CONTENTION, speaker, "insufficient " + ", ".join(short), capacity=short)
+        return Words(CONTENTION, speaker, "short of " + ", ".join(short), capacity=short)
+    storage = [d for d in _SCHED_STORAGE if d in low]
+    if storage:
+        return Words(DEPENDENCY, speaker, ", ".join(storage))
     platform = [p for p in _SCHED_PLATFORM if p in low]
     if platform:
         return Words(PLATFORM, speaker, "nodes out of service: " + ", ".join(platform))
@@ -164,7 +174,7 @@ def judge_autoscaler(reason: str, message: str) -> Words:
     short = _shortages(message)
     if "wouldn't fit if a new node is added" in low and short:
         # Even an empty new node of every group is too small: the request is oversized.
-        return Words(FAILED_DEPLOY, AUTOSCALER, "no node group's new node could hold it: insufficient "
+        return Words(FAILED_DEPLOY, AUTOSCALER, "no node group's new node could hold it: short of "
                      + ", ".join(short), capacity=short, decisive=True)
     words = judge_scheduler(message.split(":", 1)[-1], AUTOSCALER)
     if words.category in {FAILED_DEPLOY, UNKNOWN}:
@@ -270,7 +280,8 @@ def judge(reason: str, message: str, count: int = 1) -> Words | None:
     """The judgement of one event's (or condition's) reason and message; None when it says nothing
     about why an object is not ready (``Pulled``, ``Started``, ``ScalingReplicaSet`` ...)."""
     if _PLATFORM.search(message):
-        return Words(PLATFORM, _speaker_of(reason, message), "a platform component fails: " + message[:80])
+        return Words(PLATFORM, _speaker_of(reason, message),
+                     "a platform component fails (a webhook, the operator, the GPU runtime or a DRA driver)")
     if reason in {"Scheduled", "SuccessfulCreate"}:
         return Words(CLEARED, SCHEDULER if reason == "Scheduled" else CREATE, reason)
     if reason in {"TriggeredScaleUp", "NotTriggerScaleUp"}:
