@@ -63,8 +63,8 @@ def items_of(document: Any, source: str, what: str, fix: str, single_kinds: Sequ
     else:
         found = f"a JSON object of kind {document.get('kind')!r}" if isinstance(document, dict) else \
             f"a JSON {type(document).__name__}"
-        raise InputError(name, f"is {found}, not a Kubernetes List (with items) or a single object of the "
-                               f"expected kind", fix)
+        single = " or ".join(single_kinds) or "object with a kind"
+        raise InputError(name, f"is {found}, not a Kubernetes List (with items) or a single {single}", fix)
     bad = next((i for i, item in enumerate(items) if not isinstance(item, dict)), None)
     if bad is not None:
         raise InputError(name, f"item {bad} is a JSON {type(items[bad]).__name__}, not an object", fix)
