@@ -122,8 +122,9 @@ def heard(events: Sequence[Obj]) -> list[tuple[Obj, Words]]:
     speaker whose newest word clears its problem (``Scheduled``) is left out."""
     newest: dict[str, tuple[str, int, Obj, Words]] = {}
     for order, event in enumerate(events):
+        count = str(event.get("count") or (event.get("series") or {}).get("count") or 1)
         said = words.judge(str(event.get("reason") or ""), str(event.get("message") or ""),
-                           int(event.get("count") or (event.get("series") or {}).get("count") or 1))
+                           int(count) if count.isdigit() else 1)
         if said is None:
             continue
         key = said.speaker + (f"/{event.get('reason')}" if said.speaker == words.KUBELET else "")

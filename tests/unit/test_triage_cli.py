@@ -83,6 +83,13 @@ def test_an_unreadable_file_and_a_doubled_stdin_are_refused(tmp_path, capsys):
     assert code == 2 and f"--nodes {tmp_path / 'nodes.json'}: is a JSON object of kind 'Pod'" in err
 
 
+def test_an_object_of_the_wrong_shape_is_one_line_too(tmp_path, capsys):
+    events = write(tmp_path, "e.json", [ev("w", "FailedScheduling", INSUFFICIENT_GPU)])
+    code, out, err = run(capsys, events, "--pods", write(tmp_path, "p.json", [{"kind": "Pod", "metadata": ["w"]}]))
+    assert (code, out) == (2, "") and err.startswith("deploy-suite triage: error: the inputs: an object has a field "
+                                                     "of an unexpected type (") and err.count("\n") == 1
+
+
 def test_a_single_event_and_the_events_api_shape_are_read(tmp_path, capsys):
     single = ev("w", "FailedScheduling", "0/1 nodes are available: 1 node(s) had untolerated taint(s).")
     code, out, _ = run(capsys, write(tmp_path, "one.json", single), "--json")
