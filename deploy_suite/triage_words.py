@@ -134,7 +134,8 @@ def judge_scheduler(message: str, speaker: str = SCHEDULER) -> Words:
     if "maxnodepoolresources" in low or re.search(r"no node in the .*node-pool has", low):
         # KAI: the request exceeds what any node of the pool has at all.
         return Words(FAILED_DEPLOY, speaker, "no node in the pool has the resources requested", decisive=True)
-    if "tasks in gang unschedulable" in low or "are required for gang scheduling" in low:
+    if any(g in low for g in ("tasks in gang unschedulable", "are required for gang scheduling",
+                              "pod group is not ready")):
         inner = re.split(r"origin reason is [^:]*:|cannot be scheduled due to:", head, flags=re.IGNORECASE)
         if len(inner) > 1:
             return judge_scheduler(inner[-1], GANG_SCHEDULER)
@@ -276,6 +277,11 @@ def is_pull_failure(message: str) -> bool:
     return bool(_PULL_EVENT.search(message))
 
 
+_SCHEDULER_REASONS = frozenset({"FailedScheduling", "Unschedulable", "PodSchedulingErrors", "NotEnoughResources",
+                                "UnschedulableOnNodePool"})
+_SCHEDULER_WORDS = re.compile(r"nodes are (un)?available|tasks in gang|pod group is not ready")
+
+
 def judge(reason: str, message: str, count: int = 1) -> Words | None:
     """The judgement of one event's (or condition's) reason and message; None when it says nothing
     about why an object is not ready (``Pulled``, ``Started``, ``ScalingReplicaSet`` ...)."""
@@ -290,8 +296,7 @@ def judge(reason: str, message: str, count: int = 1) -> Words | None:
         return judge_provisioner(reason, message)
     if "couldn't assign flavors" in message or reason in {"QuotaReserved", "Admitted"}:
         return judge_queue(message)
-    if reason in {"FailedScheduling", "Unschedulable", "PodSchedulingErrors", "NotEnoughResources",
-                  "UnschedulableOnNodePool"} or re.search(r"nodes are (un)?available|tasks in gang", message):
+    if reason in _SCHEDULER_REASONS or _SCHEDULER_WORDS.search(message):
         return judge_scheduler(message)
     if reason == "SchedulingGated":
         return Words(GANG, GANG_SCHEDULER, "scheduling gated until its gang is created")

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from deploy_suite import cli, conditions, triage, triage_objects
-from deploy_suite.errors import StepBlocked
-from deploy_suite.kube import DGD
+from deploy_suite.errors import StepBlocked, WaitTimeout
+from deploy_suite.kube import DGD, KNOWN
 from tests import fakekube
 from tests.unit.test_triage import DGD_LABEL, NS, fake, ready_wait, scheduled  # noqa: F401 (fixture)
 
@@ -211,3 +211,47 @@ def test_step_6_and_the_cli_give_one_verdict_on_the_same_pod(fake):  # noqa: F81
     [cli_view] = triage_objects.triage_all(events, [{**pod, "kind": "Pod"}], nodes)
     assert step6 is not None and step6.as_dict() == cli_view.verdict.as_dict()
     assert step6.category == triage.FAILED_DEPLOY and "asks 16 GPUs" in step6.diagnosis
+
+
+# ------------------------------------------------------------------ wordings beyond the vectors
+@pytest.mark.parametrize(("reason", "message", "category", "decisive"), [
+    ("FailedScheduling", "0/3 nodes are available: 3 node(s) had untolerated taint {node.kubernetes.io/not-ready: }.",
+     "platform", False),
+    ("FailedScheduling", "0/2 nodes are available: 2 node(s) were unschedulable.", "platform", False),
+    ("FailedScheduling", "0/2 nodes are available: 2 Too many pods.", "contention", False),
+    ("FailedScheduling", "pod group is not ready, 2 Pending, 4 minAvailable", "gang", False),
+    ("NotTriggerScaleUp", "pod didn't trigger scale-up: 2 node(s) didn't match Pod's node affinity/selector",
+     "failed-deploy", False),
+    ("FailedScheduling", 'Failed to schedule pod, all available instance types exceed limits for nodepool: "gpu"',
+     "contention", False),
+    ("FailedCreate", 'admission webhook "vdynamographdeployment.kb.io" denied the request: component topology is '
+                     "immutable", "dependency", False),
+    ("FailedCreate", 'Error creating: pods "x" is forbidden: violates PodSecurity "restricted:latest": privileged',
+     "dependency", False),
+    ("FailedCreate", 'Error creating: pods "x" is forbidden: error looking up service account ns/sa: serviceaccount '
+                     '"sa" not found', "dependency", False),
+    ("FailedCreate", 'Error creating: pods "x" is forbidden: User "system:serviceaccount:ns:op" cannot create '
+                     'resource "pods" in API group "" in the namespace "ns"', "platform", False),
+    ("FailedCreate", 'Error creating: pods "x" is forbidden: failed quota: q: must specify limits.cpu', "dependency",
+     False),
+    ("Pending", "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor f, request "
+                "> maximum capacity (16 > 8)", "dependency", False),
+    ("Pending", "couldn't assign flavors to pod set main: Pending the preemption of 1 workload(s)", "contention",
+     False),
+])
+def test_more_wordings_are_judged(reason, message, category, decisive):
+    said = triage.words.judge(reason, message)
+    assert said is not None and (said.category, said.decisive) == (category, decisive)
+
+
+def test_a_nominated_node_turns_a_selector_refusal_into_a_wait_in_step_6(fake):  # noqa: F811
+    api, kube = fake
+    api.put(DGD, fakekube.dgd("d", NS))
+    selector = "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector."
+    scheduled(api, "d-worker-0", selector, DGD_LABEL)
+    api.put(KNOWN["Event"], {**ev("d-worker-0", "Nominated", "Pod should schedule on: nodeclaim/default-x", at=5),
+                             "metadata": {"name": "d-worker-0.nominated", "namespace": NS}})
+    wait = ready_wait(kube)
+    with pytest.raises(WaitTimeout):
+        kube.wait(wait, timeout=30)
+    assert [c["category"] for c in wait.contention] == [triage.PROVISIONING]
