@@ -39,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
                               "(default: ~/.cache/deploy-suite/kubeconfigs/offline-<name>.yaml)")
     cluster.add_argument("--apiserver-port", type=int, default=0, help="kube-apiserver port on 127.0.0.1 "
                                                                        "(default: a free one)")
+    cluster.add_argument("--operator", default=None, metavar="PROFILE",
+                         help="operator replica profile for `up`: 0.9, 1.x or latest (default: latest, or what "
+                              "the running cluster of this name already uses)")
+    cluster.add_argument("--with", dest="orchestrators", action="append", default=None, metavar="API",
+                         help="for `up`: install a multinode orchestrator's API, lws or grove (repeatable)")
     cluster.add_argument("--json", action="store_true", help="print the cluster's description as JSON")
     sub.add_parser("binaries", help="build (or reuse) the offline cluster's binaries and print their directory")
     report = sub.add_parser("report", help="render an HTML report from a deployment_ledger.json")
@@ -68,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             return int(report.main(args.args))
         from deploy_suite.offline.cluster import OfflineCluster  # noqa: PLC0415
 
-        cluster = OfflineCluster(args.name, args.pools, args.kubeconfig, args.apiserver_port, log=_log)
+        cluster = OfflineCluster(args.name, args.pools, args.kubeconfig, args.apiserver_port, log=_log,
+                                 operator=args.operator, orchestrators=args.orchestrators)
         if args.action == "up":
             info = cluster.up()
         elif args.action == "down":

@@ -43,6 +43,9 @@ class Timeouts:
     # without progress, and at readiness_s whatever happens (large models pull and load for long).
     readiness_s: float = 10800.0  # hard cap: DGD Ready, every pod ready, the frontend Service present
     readiness_no_progress_s: float = 900.0  # no pod created, scheduled, pulled, started or ready for this long
+    # The operator writes any reconcile error as state `failed` until its next reconcile
+    # (docs/operator-generations.md): an unknown error is a verdict once it persists this long.
+    reconcile_error_grace_s: float = 30.0
     smoke_reach_attempts: int = 30  # gate 1: 30 x 2 s for the port-forward to answer
     smoke_reach_interval_s: float = 2.0
     smoke_models_attempts: int = 30  # gate 2: 30 x 10 s for the served model to be listed

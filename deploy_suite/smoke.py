@@ -36,8 +36,20 @@ from deploy_suite.validate import Preflight
 
 DEFAULT_PROMPT = DEFAULT_SMOKE_PROMPT
 DIRECT_HEADER = "x-dynamo-worker-instance-id"
-_INSTANCE_ID = re.compile(
-    r"(?:instance[_ -]?id|worker[_ -]?id)[\"']?\s*[=:]\s*[\"']?(0x[0-9a-fA-F]+|[0-9]+|[0-9a-fA-F]{8,16})\b")
+# Where a log line prints a worker instance id, and in which base (docs/operator-generations.md):
+# the base is the line's format, never guessed from the digits (a hex id can be all digits).
+_ID_KEY = r"(?:instance[_ -]?id|worker[_ -]?id|lease[_ -]?id)[\"']?\s*[=:]\s*[\"']?"
+_INSTANCE_ID_FORMATS: tuple[tuple[re.Pattern[str], int], ...] = (
+    # etcd/discovery keys and dyn:// endpoint paths end in the lease id in hex: ".../generate:1b70511b8908ec".
+    (re.compile(r"(?:dyn://|instances/)[\w./-]*:([0-9a-fA-F]{6,16})\b"), 16),
+    # An explicit 0x prefix.
+    (re.compile(_ID_KEY + r"0x([0-9a-fA-F]+)\b", re.I), 16),
+    # key=value fields print the u64 in decimal, unless the value carries hex letters.
+    (re.compile(_ID_KEY + r"([0-9]+)\b(?![a-fA-F])", re.I), 10),
+    (re.compile(_ID_KEY + r"((?=[0-9]*[a-fA-F])[0-9a-fA-F]{6,16})\b", re.I), 16),
+    # "Workers ready: [7587887029837065570]", "... for worker 7587887029837065570": decimal.
+    (re.compile(r"(?:Workers ready: \[|for worker )([0-9]+)\b"), 10),
+)
 _BODIES = ("models_body.json", "api_body.json")
 ARTIFACT = "smoke_test_artifact.json"
 
@@ -206,14 +218,15 @@ def _containers(node: Any) -> Iterator[dict[str, Any]]:
 def parse_instance_id(log_text: str) -> int | None:
     """The worker instance id from registration logs, as the decimal the header needs.
 
-    gaie sidecars print it in hex (``0x85f0...`` or bare hex digits), the mocker in decimal; an
-    all-digit value is read as decimal. The last registration in the log wins.
+    Each line's format says the base (:data:`_INSTANCE_ID_FORMATS`): the same process prints one id
+    in hex in a discovery key and in decimal in a key=value field. The last id in the log wins.
     """
-    found = None
-    for m in _INSTANCE_ID.finditer(log_text):
-        raw = m.group(1)
-        found = int(raw, 16) if raw.lower().startswith("0x") or not raw.isdigit() else int(raw)
-    return found
+    found: tuple[int, int] | None = None  # (offset in the log, id)
+    for pattern, base in _INSTANCE_ID_FORMATS:
+        for m in pattern.finditer(log_text):
+            if found is None or m.start() >= found[0]:
+                found = (m.start(), int(m.group(1), base))
+    return found[1] if found else None
 
 
 def chat_request(served_model: str, prompt: str) -> dict[str, Any]:

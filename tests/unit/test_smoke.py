@@ -412,6 +412,15 @@ def test_a_400_naming_direct_routing_says_the_header_is_wrong(tmp_path: Path, fa
     ("instance id: 85f0a1b2c3d4e5f6", 0x85F0A1B2C3D4E5F6),
     ("instance_id=1\nre-registered instance_id=2", 2),
     ("no registration yet", None),
+    # One id, two bases in adjacent lines of one process: the line's format decides (docs/operator-generations.md).
+    ("registered dyn://dynamo.backend.generate:1b70511b8908ec", 7723318027815148),
+    ("serving instance_id=7723318027815148 endpoint=generate", 7723318027815148),
+    # A hex discovery key can be all digits: still hex.
+    ("put v1/instances/dynamo/backend/generate:12345678901234", 0x12345678901234),
+    # A real worker log line (its source: docs/operator-generations.md): decimal.
+    ("INFO check_worker.check_required_workers: [Processor:1] Waiting for more workers to be ready.\n"
+     " Current: 1, Required: 1   \nWorkers ready: [7587887029837065570]", 7587887029837065570),
+    ("a later line wins: instance_id=0x10 then Workers ready: [17]", 17),
 ])
 def test_parse_instance_id(log: str, expected: int | None) -> None:
     assert smoke.parse_instance_id(log) == expected
