@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from deploy_suite import operator_status
+
 FAILED_DEPLOY = "failed-deploy"
 CONTENTION = "contention"
 DEPENDENCY = "dependency"
@@ -76,7 +78,7 @@ class Words:
 # A component of the platform does not answer: no candidate can fix that.
 _PLATFORM = re.compile(
     r"conversion webhook for .* failed|failed calling webhook|failed to call webhook|"
-    r"no endpoints available for service|no multinode orchestrator available|kai-scheduler queue validation failed|"
+    r"no endpoints available for service|"
     r"failed to prepare dynamic resources|nvidia-container-cli|error running hook", re.IGNORECASE)
 
 # Fragments of a scheduler's per-node reasons (kube-scheduler "<n> node(s) ...", Volcano "plugin X
@@ -234,17 +236,23 @@ def judge_create(message: str) -> Words:
 
 
 def judge_operator(message: str) -> Words | None:
-    """The Dynamo operator's words on a DGD or DCD (docs/triage.md lists them)."""
+    """The Dynamo operator's words on a DGD or DCD (docs/triage.md lists them). Its reconcile
+    errors are told apart by :mod:`deploy_suite.operator_status`, the one table of them that step
+    6's DGD wait also reads: known-permanent ones by what fixes them, a retried 409 as no verdict."""
+    permanent = operator_status.permanent_error(message)
+    if permanent is not None:
+        return Words(PLATFORM if permanent == "platform" else DEPENDENCY, OPERATOR,
+                     "a reconcile error no later reconcile clears")
+    if operator_status.TRANSIENT_ERRORS.search(message):
+        return None  # written as failed until the next reconcile (docs/operator-generations.md)
     low = message.lower()
-    if ("persistentvolumeclaims" in low and "not found" in low) or ("pvc" in low and "does not exist" in low):
+    if "persistentvolumeclaims" in low and "not found" in low:
         return Words(DEPENDENCY, OPERATOR, "a PVC the DGD names does not exist")
     if "error creating" in low or "forbidden" in low or "invalid value" in low or "denied the request" in low:
         words = judge_create(message)
         return Words(words.category, OPERATOR, words.why, decisive=words.decisive)
     if "image" in low and re.search(r"\b(401|403)\b|unauthori[sz]ed|denied", low):
         return Words(DEPENDENCY, OPERATOR, "the registry refuses the operator's image check (credentials)")
-    if "cannot be fulfilled" in low or "the object has been modified" in low:
-        return None  # a 409 the operator retries: written as failed until the next reconcile, no verdict
     return None
 
 
@@ -285,6 +293,8 @@ _SCHEDULER_WORDS = re.compile(r"nodes are (un)?available|tasks in gang|pod group
 def judge(reason: str, message: str, count: int = 1) -> Words | None:
     """The judgement of one event's (or condition's) reason and message; None when it says nothing
     about why an object is not ready (``Pulled``, ``Started``, ``ScalingReplicaSet`` ...)."""
+    if operator_status.permanent_error(message) is not None:
+        return judge_operator(message)
     if _PLATFORM.search(message):
         return Words(PLATFORM, _speaker_of(reason, message),
                      "a platform component fails (a webhook, the operator, the GPU runtime or a DRA driver)")
@@ -304,6 +314,8 @@ def judge(reason: str, message: str, count: int = 1) -> Words | None:
             "denied the request" in message or "exceeded quota" in message:
         return judge_create(message)
     if reason == "ReconcileError" or (reason.startswith("Failed") and "reconcile" in message.lower()):
+        if operator_status.TRANSIENT_ERRORS.search(message):
+            return None  # a conflict the operator retries by itself
         return judge_operator(message) or Words(UNKNOWN, OPERATOR, "a reconcile error")
     return judge_kubelet(reason, message, count)
 

@@ -244,6 +244,24 @@ def test_more_wordings_are_judged(reason, message, category, decisive):
     assert said is not None and (said.category, said.decisive) == (category, decisive)
 
 
+@pytest.mark.parametrize(("message", "category"), [
+    ("kai-scheduler queue validation failed: queue dynamo not found", "dependency"),
+    ('failed to reconcile top-level PVCs: persistentvolumeclaims "model-cache" not found', "dependency"),
+    ("no multinode orchestrator available", "platform"),
+    # The operator retries a conflict by itself (written as failed until the next reconcile): no verdict.
+    ('Operation cannot be fulfilled on dynamographdeployments.nvidia.com "qwen3": the object has been modified; '
+     "please apply your changes to the latest version and try again", None),
+])
+def test_the_operators_reconcile_errors_read_as_step_6_reads_them(message, category):
+    said = triage.words.judge("ReconcileError", message)
+    assert (said.category if said else None) == category
+    status = {"state": "failed", "conditions": [{"type": "Ready", "status": "False", "message": message}]}
+    dgd = {"kind": "DynamoGraphDeployment", "metadata": {"name": "d", "namespace": "ns"},
+           "spec": {"services": {"Frontend": {}}}, "status": status}
+    [*found] = triage_objects.triage_all([], [dgd])
+    assert [f.verdict.category for f in found] == ([category] if category else [])
+
+
 def test_a_nominated_node_turns_a_selector_refusal_into_a_wait_in_step_6(fake):  # noqa: F811
     api, kube = fake
     api.put(DGD, fakekube.dgd("d", NS))
