@@ -122,8 +122,9 @@ def heard(events: Sequence[Obj]) -> list[tuple[Obj, Words]]:
     speaker whose newest word clears its problem (``Scheduled``) is left out."""
     newest: dict[str, tuple[str, int, Obj, Words]] = {}
     for order, event in enumerate(events):
+        count = str(event.get("count") or (event.get("series") or {}).get("count") or 1)
         said = words.judge(str(event.get("reason") or ""), str(event.get("message") or ""),
-                           int(event.get("count") or (event.get("series") or {}).get("count") or 1))
+                           int(count) if count.isdigit() else 1)
         if said is None:
             continue
         key = said.speaker + (f"/{event.get('reason')}" if said.speaker == words.KUBELET else "")
@@ -204,6 +205,8 @@ def _short_of_gpus(pod: Obj, name: str, nodes: Sequence[Obj], evidence: list[str
 def _scheduler_verdict(pod: Obj, name: str, reason: str, message: str, said: Words, nodes: Sequence[Obj] | None,
                        recheck_s: float) -> Verdict:
     """A scheduler's words on ``pod``, with what the pod and the nodes add."""
+    if said.speaker not in {words.SCHEDULER, words.GANG_SCHEDULER}:
+        return from_words(f"pod {name}", reason, message, said, recheck_s)
     head = words.scheduler_head(message)
     evidence = [f"pod {name}: {reason}: {message}"]
     if said.category == DEPENDENCY:
@@ -218,7 +221,7 @@ def _scheduler_verdict(pod: Obj, name: str, reason: str, message: str, said: Wor
         return Verdict(CONTENTION, f"pod {name} is waiting for capacity ({', '.join(sorted(said.capacity))}) on "
                        f"otherwise-eligible nodes; next check in {recheck_s:.0f}s", evidence, can_wait=True,
                        next_check_s=recheck_s)
-    if said.category == FAILED_DEPLOY and said.speaker in {words.SCHEDULER, words.GANG_SCHEDULER}:
+    if said.category == FAILED_DEPLOY:
         detail = ""
         if nodes is not None and "taint" in said.why:
             named = untolerated_taints(pod, nodes)
@@ -227,7 +230,7 @@ def _scheduler_verdict(pod: Obj, name: str, reason: str, message: str, said: Wor
                 evidence.append("untolerated taints (from node specs): " + detail.removeprefix("; untolerated: "))
         return Verdict(FAILED_DEPLOY, f"pod {name} can never schedule as written ({said.why}){detail}", evidence,
                        decisive=said.decisive)
-    if said.category == UNKNOWN and said.speaker == words.SCHEDULER:
+    if said.category == UNKNOWN:
         return Verdict(UNKNOWN, f"pod {name} is unschedulable for a reason not classified: {head}", evidence,
                        can_wait=True, next_check_s=recheck_s)
     return from_words(f"pod {name}", reason, message, said, recheck_s)

@@ -63,8 +63,8 @@ def items_of(document: Any, source: str, what: str, fix: str, single_kinds: Sequ
     else:
         found = f"a JSON object of kind {document.get('kind')!r}" if isinstance(document, dict) else \
             f"a JSON {type(document).__name__}"
-        raise InputError(name, f"is {found}, not a Kubernetes List (with items) or a single object of the "
-                               f"expected kind", fix)
+        single = " or ".join(single_kinds) or "object with a kind"
+        raise InputError(name, f"is {found}, not a Kubernetes List (with items) or a single {single}", fix)
     bad = next((i for i, item in enumerate(items) if not isinstance(item, dict)), None)
     if bad is not None:
         raise InputError(name, f"item {bad} is a JSON {type(items[bad]).__name__}, not an object", fix)
@@ -72,7 +72,8 @@ def items_of(document: Any, source: str, what: str, fix: str, single_kinds: Sequ
 
 
 def _events(items: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
-    stray = next((i for i, e in enumerate(items) if not (e.get("involvedObject") or e.get("regarding"))), None)
+    stray = next((i for i, e in enumerate(items)
+                  if not isinstance(e.get("involvedObject") or e.get("regarding"), dict)), None)
     if stray is not None:
         kind = items[stray].get("kind") or "an object"
         raise InputError(f"events {'<stdin>' if source == '-' else source}",
@@ -120,7 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"deploy-suite triage: error: {exc}", file=sys.stderr)
         return 2
-    findings = triage_objects.triage_all(events, objects, nodes, args.recheck)
+    try:
+        findings = triage_objects.triage_all(events, objects, nodes, args.recheck)
+    except (AttributeError, TypeError, ValueError) as exc:
+        # A field of another type than Kubernetes writes (metadata a list, a status a string).
+        print(f"deploy-suite triage: error: the inputs: an object has a field of an unexpected type ({exc}); "
+              "fix: pass kubectl's own -o json output, unedited", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps([f.as_dict() for f in findings], indent=2))
     elif findings:

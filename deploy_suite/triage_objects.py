@@ -107,6 +107,10 @@ def _condition_verdicts(subject: str, kind: str, obj: Obj, recheck_s: float) -> 
         said = words.judge(reason, message) or words.judge(kind_, message)
         if said is None and kind in DYNAMO_KINDS:
             said = words.judge_operator(message)
+        if said is None and kind_ == "Failed":
+            # A failed Job says only that it failed (reason BackoffLimitExceeded, older messages misspelt):
+            # why is in its pods' logs.
+            said = words.Words(words.UNKNOWN, words.CREATE, f"it failed ({reason}): its pods' logs say why")
         if said is not None and said.category != words.CLEARED:
             found.append(triage.from_words(subject, f"{kind_}={cond.get('status')} {reason}", message, said, recheck_s))
     spec = obj.get("spec")

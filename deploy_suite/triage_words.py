@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from deploy_suite import operator_status
+
 FAILED_DEPLOY = "failed-deploy"
 CONTENTION = "contention"
 DEPENDENCY = "dependency"
@@ -76,16 +78,17 @@ class Words:
 # A component of the platform does not answer: no candidate can fix that.
 _PLATFORM = re.compile(
     r"conversion webhook for .* failed|failed calling webhook|failed to call webhook|"
-    r"no endpoints available for service|no multinode orchestrator available|kai-scheduler queue validation failed|"
+    r"no endpoints available for service|"
     r"failed to prepare dynamic resources|nvidia-container-cli|error running hook", re.IGNORECASE)
 
 # Fragments of a scheduler's per-node reasons (kube-scheduler "<n> node(s) ...", Volcano "plugin X
 # predicates failed ...", KAI "... didn't have enough resources: GPUs"), lowercased.
 _SCHED_DEPENDENCY = (
     "unbound immediate persistentvolumeclaims", "unbound persistentvolumeclaims", "persistentvolumeclaim \"",
-    "didn't find available persistent volumes", "volume node affinity conflict", "exceedsgpuquota",
-    "exceeded quota",
+    "exceedsgpuquota", "exceeded quota",
 )
+# Storage that rules a node out: a dependency unless some other node is only short of capacity.
+_SCHED_STORAGE = ("didn't find available persistent volumes", "volume node affinity conflict")
 # Node health and cordons: the node is out for every pod; it may come back, but not by the candidate.
 _SCHED_PLATFORM = (
     "node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready", "node.kubernetes.io/network-unavailable",
@@ -105,11 +108,17 @@ _SCHED_SHORT = re.compile(
 _KAI_RESOURCES = {"gpus": "nvidia.com/gpu", "gpu": "nvidia.com/gpu", "cpu": "cpu", "memory": "memory"}
 
 
+# What each shortage phrase (the regex's groups 2 to 8) is short of, as a person names it.
+_SHORT_OF = {2: "pods", 3: "host ports", 4: "volume slots", 5: "devices (NodeUnfitPod)", 6: "free resources",
+             8: "device claims"}
+
+
 def _shortages(text: str) -> tuple[str, ...]:
     found: list[str] = []
     for match in _SCHED_SHORT.finditer(text):
-        name = next(g for g in match.groups() if g)
-        found.append(_KAI_RESOURCES.get(name.lower(), name) if match.group(7) else name)
+        group = next(i for i, g in enumerate(match.groups(), 1) if g)
+        name = match.group(group)
+        found.append(_SHORT_OF.get(group) or (_KAI_RESOURCES.get(name.lower(), name) if group == 7 else name))
     return tuple(dict.fromkeys(found))
 
 
@@ -127,7 +136,8 @@ def judge_scheduler(message: str, speaker: str = SCHEDULER) -> Words:
     if "maxnodepoolresources" in low or re.search(r"no node in the .*node-pool has", low):
         # KAI: the request exceeds what any node of the pool has at all.
         return Words(FAILED_DEPLOY, speaker, "no node in the pool has the resources requested", decisive=True)
-    if "tasks in gang unschedulable" in low or "are required for gang scheduling" in low:
+    if any(g in low for g in ("tasks in gang unschedulable", "are required for gang scheduling",
+                              "pod group is not ready")):
         inner = re.split(r"origin reason is [^:]*:|cannot be scheduled due to:", head, flags=re.IGNORECASE)
         if len(inner) > 1:
             return judge_scheduler(inner[-1], GANG_SCHEDULER)
@@ -137,7 +147,10 @@ def judge_scheduler(message: str, speaker: str = SCHEDULER) -> Words:
         return Words(DEPENDENCY, speaker, ", ".join(dependency))
     short = _shortages(head)
     if short:
-        return Words(CONTENTION, speaker, "insufficient " + ", ".join(short), capacity=short)
+        return Words(CONTENTION, speaker, "short of " + ", ".join(short), capacity=short)
+    storage = [d for d in _SCHED_STORAGE if d in low]
+    if storage:
+        return Words(DEPENDENCY, speaker, ", ".join(storage))
     platform = [p for p in _SCHED_PLATFORM if p in low]
     if platform:
         return Words(PLATFORM, speaker, "nodes out of service: " + ", ".join(platform))
@@ -164,7 +177,7 @@ def judge_autoscaler(reason: str, message: str) -> Words:
     short = _shortages(message)
     if "wouldn't fit if a new node is added" in low and short:
         # Even an empty new node of every group is too small: the request is oversized.
-        return Words(FAILED_DEPLOY, AUTOSCALER, "no node group's new node could hold it: insufficient "
+        return Words(FAILED_DEPLOY, AUTOSCALER, "no node group's new node could hold it: short of "
                      + ", ".join(short), capacity=short, decisive=True)
     words = judge_scheduler(message.split(":", 1)[-1], AUTOSCALER)
     if words.category in {FAILED_DEPLOY, UNKNOWN}:
@@ -223,17 +236,23 @@ def judge_create(message: str) -> Words:
 
 
 def judge_operator(message: str) -> Words | None:
-    """The Dynamo operator's words on a DGD or DCD (docs/triage.md lists them)."""
+    """The Dynamo operator's words on a DGD or DCD (docs/triage.md lists them). Its reconcile
+    errors are told apart by :mod:`deploy_suite.operator_status`, the one table of them that step
+    6's DGD wait also reads: known-permanent ones by what fixes them, a retried 409 as no verdict."""
+    permanent = operator_status.permanent_error(message)
+    if permanent is not None:
+        return Words(PLATFORM if permanent == "platform" else DEPENDENCY, OPERATOR,
+                     "a reconcile error no later reconcile clears")
+    if operator_status.TRANSIENT_ERRORS.search(message):
+        return None  # written as failed until the next reconcile (docs/operator-generations.md)
     low = message.lower()
-    if ("persistentvolumeclaims" in low and "not found" in low) or ("pvc" in low and "does not exist" in low):
+    if "persistentvolumeclaims" in low and "not found" in low:
         return Words(DEPENDENCY, OPERATOR, "a PVC the DGD names does not exist")
     if "error creating" in low or "forbidden" in low or "invalid value" in low or "denied the request" in low:
         words = judge_create(message)
         return Words(words.category, OPERATOR, words.why, decisive=words.decisive)
     if "image" in low and re.search(r"\b(401|403)\b|unauthori[sz]ed|denied", low):
         return Words(DEPENDENCY, OPERATOR, "the registry refuses the operator's image check (credentials)")
-    if "cannot be fulfilled" in low or "the object has been modified" in low:
-        return None  # a 409 the operator retries: written as failed until the next reconcile, no verdict
     return None
 
 
@@ -266,11 +285,19 @@ def is_pull_failure(message: str) -> bool:
     return bool(_PULL_EVENT.search(message))
 
 
+_SCHEDULER_REASONS = frozenset({"FailedScheduling", "Unschedulable", "PodSchedulingErrors", "NotEnoughResources",
+                                "UnschedulableOnNodePool"})
+_SCHEDULER_WORDS = re.compile(r"nodes are (un)?available|tasks in gang|pod group is not ready")
+
+
 def judge(reason: str, message: str, count: int = 1) -> Words | None:
     """The judgement of one event's (or condition's) reason and message; None when it says nothing
     about why an object is not ready (``Pulled``, ``Started``, ``ScalingReplicaSet`` ...)."""
+    if operator_status.permanent_error(message) is not None:
+        return judge_operator(message)
     if _PLATFORM.search(message):
-        return Words(PLATFORM, _speaker_of(reason, message), "a platform component fails: " + message[:80])
+        return Words(PLATFORM, _speaker_of(reason, message),
+                     "a platform component fails (a webhook, the operator, the GPU runtime or a DRA driver)")
     if reason in {"Scheduled", "SuccessfulCreate"}:
         return Words(CLEARED, SCHEDULER if reason == "Scheduled" else CREATE, reason)
     if reason in {"TriggeredScaleUp", "NotTriggerScaleUp"}:
@@ -279,8 +306,7 @@ def judge(reason: str, message: str, count: int = 1) -> Words | None:
         return judge_provisioner(reason, message)
     if "couldn't assign flavors" in message or reason in {"QuotaReserved", "Admitted"}:
         return judge_queue(message)
-    if reason in {"FailedScheduling", "Unschedulable", "PodSchedulingErrors", "NotEnoughResources",
-                  "UnschedulableOnNodePool"} or re.search(r"nodes are (un)?available|tasks in gang", message):
+    if reason in _SCHEDULER_REASONS or _SCHEDULER_WORDS.search(message):
         return judge_scheduler(message)
     if reason == "SchedulingGated":
         return Words(GANG, GANG_SCHEDULER, "scheduling gated until its gang is created")
@@ -288,6 +314,8 @@ def judge(reason: str, message: str, count: int = 1) -> Words | None:
             "denied the request" in message or "exceeded quota" in message:
         return judge_create(message)
     if reason == "ReconcileError" or (reason.startswith("Failed") and "reconcile" in message.lower()):
+        if operator_status.TRANSIENT_ERRORS.search(message):
+            return None  # a conflict the operator retries by itself
         return judge_operator(message) or Words(UNKNOWN, OPERATOR, "a reconcile error")
     return judge_kubelet(reason, message, count)
 
