@@ -2,7 +2,8 @@
 
 ``deploy-suite cluster up | down | status`` manages the offline fake-GPU cluster (the same code
 the session fixture uses); ``deploy-suite binaries`` builds or reuses the control-plane binaries;
-``deploy-suite report LEDGER`` re-renders an HTML report from a ledger. Errors are one line on
+``deploy-suite report LEDGER`` re-renders an HTML report from a ledger; ``deploy-suite triage
+EVENTS`` triages events as step 6 does (docs/triage.md). Errors are one line on
 stderr and a non-zero exit.
 """
 
@@ -38,14 +39,27 @@ def build_parser() -> argparse.ArgumentParser:
                               "(default: ~/.cache/deploy-suite/kubeconfigs/offline-<name>.yaml)")
     cluster.add_argument("--apiserver-port", type=int, default=0, help="kube-apiserver port on 127.0.0.1 "
                                                                        "(default: a free one)")
+    cluster.add_argument("--operator", default=None, metavar="PROFILE",
+                         help="operator replica profile for `up`: 0.9, 1.x or latest (default: latest, or what "
+                              "the running cluster of this name already uses)")
+    cluster.add_argument("--with", dest="orchestrators", action="append", default=None, metavar="API",
+                         help="for `up`: install a multinode orchestrator's API, lws or grove (repeatable)")
     cluster.add_argument("--json", action="store_true", help="print the cluster's description as JSON")
     sub.add_parser("binaries", help="build (or reuse) the offline cluster's binaries and print their directory")
     report = sub.add_parser("report", help="render an HTML report from a deployment_ledger.json")
     report.add_argument("args", nargs=argparse.REMAINDER)
+    triage = sub.add_parser("triage", help="triage events (kubectl get events -o json) as step 6 does",
+                            add_help=False)
+    triage.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["triage"]:  # its own parser: options may come first (argparse's REMAINDER stops at them)
+        from deploy_suite import triage_cli  # noqa: PLC0415
+
+        return triage_cli.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "binaries":
@@ -59,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             return int(report.main(args.args))
         from deploy_suite.offline.cluster import OfflineCluster  # noqa: PLC0415
 
-        cluster = OfflineCluster(args.name, args.pools, args.kubeconfig, args.apiserver_port, log=_log)
+        cluster = OfflineCluster(args.name, args.pools, args.kubeconfig, args.apiserver_port, log=_log,
+                                 operator=args.operator, orchestrators=args.orchestrators)
         if args.action == "up":
             info = cluster.up()
         elif args.action == "down":

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -43,6 +44,7 @@ from deploy_suite.errors import (
     Invalid,
     KubeError,
     NotFound,
+    PlatformFault,
     Unavailable,
     cut,
 )
@@ -83,8 +85,15 @@ def _outcome(exc: BaseException) -> str:
 _BY_STATUS: dict[int, type[KubeError]] = {404: NotFound, 403: Forbidden, 409: Conflict, 422: Invalid, 400: Invalid}
 
 
+# The API server's words when a webhook behind it cannot be called (docs/operator-generations.md).
+_PLATFORM = re.compile(r"conversion webhook for .{1,200}? failed|failed calling webhook|failed to call webhook", re.I)
+
+
 def status_error(status: int, what: str, message: str, reason: str = "", body: str = "") -> KubeError:
-    """The error of an HTTP status (an answer, or a watch's ERROR event): 5xx and 0 are temporary."""
+    """The error of an HTTP status (an answer, or a watch's ERROR event): 5xx and 0 are temporary;
+    an unreachable webhook of the platform is a :class:`PlatformFault`."""
+    if _PLATFORM.search(message):
+        return PlatformFault(f"{what}: {message}", status=status, reason=reason, body=body)
     cls = _BY_STATUS.get(status, Unavailable if status == 0 or status >= 500 else KubeError)
     return cls(f"{what}: {message}", status=status, reason=reason, body=body)
 

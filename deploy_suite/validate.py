@@ -148,8 +148,7 @@ class Validator:
         rep.dgd_name = dgd.name
         rep.gpus_requested = dgd.total_gpus()
         rep.served_model = next((c.served_model for c in dgd.components if c.is_worker and c.served_model), None)
-        has_frontend = any(c.type == "frontend" for c in dgd.components)
-        rep.frontend_service = f"{dgd.name}-frontend" if has_frontend else None
+        rep.frontend_service = dgd.frontend_service
         if not self.check_namespace():
             return rep  # every later check reads inside the namespace
         self.check_crd()

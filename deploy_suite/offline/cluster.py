@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import ssl
 import sys
 from collections.abc import Callable
@@ -25,7 +26,8 @@ from typing import Any
 from deploy_suite import clock, yamlio
 from deploy_suite.errors import ClusterError, Conflict, KubeError, WaitTimeout
 from deploy_suite.kube import Kube, Obj
-from deploy_suite.offline import binaries, dynamo_runtime, pools, procs, restart
+from deploy_suite.offline import binaries, dynamo_runtime, pools, procs, restart, webhook
+from deploy_suite.offline.operator_sim import profiles
 from deploy_suite.offline.procs import wait_exit as wait_exit  # tests wait on cluster processes by this name
 
 MARKER = "deploy-suite.json"
@@ -74,6 +76,8 @@ class ClusterInfo:
     state: str = "down"  # up | down | stale
     pids: dict[str, int] = field(default_factory=dict)
     created_at: str = ""
+    operator: str = profiles.DEFAULT_PROFILE
+    orchestrators: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,10 +85,18 @@ class ClusterInfo:
 
 class OfflineCluster:
     def __init__(self, name: str = "dev", pools_spec: str | Path = "default", kubeconfig: str | Path | None = None,
-                 apiserver_port: int = 0, log: Log = print) -> None:
+                 apiserver_port: int = 0, log: Log = print, operator: str | None = None,
+                 orchestrators: tuple[str, ...] | list[str] | None = None) -> None:
+        """``operator`` is the operator replica's profile (``0.9``, ``1.x``, ``latest``) and
+        ``orchestrators`` the multinode APIs installed (``lws``, ``grove``); None keeps what a cluster
+        of this name already runs (its marker), else the default profile without orchestrators."""
         if not _NAME.match(name):
             raise ClusterError(f"cluster name {name!r} is not a DNS label of at most 32 characters; "
                                "fix: use lowercase letters, digits and '-' (e.g. --name dev)")
+        if operator is not None:
+            profiles.get(operator)  # an unknown profile fails before anything starts
+        self._operator = operator
+        self._orchestrators = profiles.orchestrators(list(orchestrators)) if orchestrators is not None else None
         self.name = name
         self.pools_spec = str(pools_spec)
         self.apiserver_port = apiserver_port
@@ -123,12 +135,27 @@ class OfflineCluster:
         """Control-plane processes recorded by kwokctl that are no longer running."""
         return sorted(k for k, p in self._pids().items() if k != CONTROLLERS and not procs.alive(p))
 
+    @property
+    def operator(self) -> str:
+        """The operator profile: as asked, else as recorded in the marker, else the default."""
+        if self._operator is not None:
+            return self._operator
+        return str((self._marker() or {}).get("operator", profiles.DEFAULT_PROFILE))
+
+    @property
+    def orchestrators(self) -> tuple[str, ...]:
+        if self._orchestrators is not None:
+            return self._orchestrators
+        return profiles.orchestrators(list((self._marker() or {}).get("with", [])))
+
     def info(self) -> ClusterInfo:
         marker = self._marker() or {}
         return ClusterInfo(
             name=self.name, context=self.context, kubeconfig=str(marker.get("kubeconfig", self.kubeconfig)),
             cluster_dir=str(self.dir), audit_log=str(self.dir / "logs" / "audit.log"),
-            pools=str(marker.get("pools", self.pools_spec)), created_at=str(marker.get("created_at", "")))
+            pools=str(marker.get("pools", self.pools_spec)), created_at=str(marker.get("created_at", "")),
+            operator=str(marker.get("operator", self.operator)),
+            orchestrators=list(marker.get("with", self.orchestrators)))
 
     def kube(self, on_command: Callable[..., None] | None = None) -> Kube:
         return Kube(self.context, self.info().kubeconfig, on_command=on_command,
@@ -170,10 +197,18 @@ class OfflineCluster:
                 if marker.get("pools_source") and Path(marker["pools_source"]) != Path(layout.source):
                     raise ClusterError(f"cluster {self.name} is already up with pools {marker['pools']}; fix: "
                                        f"`deploy-suite cluster down --name {self.name}` first, or use another --name")
+                running = (str(marker.get("operator", profiles.DEFAULT_PROFILE)),
+                           profiles.orchestrators(list(marker.get("with", []))))
+                if (self._operator is not None and self._operator != running[0]) or \
+                        (self._orchestrators is not None and self._orchestrators != running[1]):
+                    raise ClusterError(f"cluster {self.name} is already up with operator {running[0]}"
+                                       f"{''.join(' --with ' + o for o in running[1])}; fix: `deploy-suite cluster "
+                                       f"down --name {self.name}` first, or use another --name")
                 self.log(f"cluster {self.name} is already up")
                 self._write_kubeconfig()
                 self._apply_layout(layout, wait_timeout)
                 self._ensure_controllers()
+                self._wait_webhook()
                 return self._report(self.status())
             raise ClusterError(f"stale state directory {self.dir}: the cluster's processes are not running; "
                                f"fix: run `deploy-suite cluster down --name {self.name}`, then `up` again")
@@ -197,6 +232,7 @@ class OfflineCluster:
                 self.log(f"start-up lost a port race ({str(exc)[:200]}); retrying with new ports")
                 self.down()
         self._ensure_controllers()
+        self._wait_webhook()
         info = self.status()
         self.log(f"cluster {self.name} up in {clock.monotonic() - started:.1f}s "
                  f"({len(info.nodes)} nodes Ready)")
@@ -248,10 +284,52 @@ class OfflineCluster:
                 self.marker_path.write_text(json.dumps({"name": self.name, "failed": True}))
             raise ClusterError(f"kwokctl create cluster {self.name} failed (exit {done.returncode}): {tail}; fix: "
                                f"see {self.dir / 'logs'}, then `deploy-suite cluster down --name {self.name}`")
+        # The admission webhook's own CA and serving certificate, and its port, fixed for the
+        # cluster's life: the apiserver's webhook configuration names both.
+        webhook.make_tls(self.webhook_dir)
         self.marker_path.write_text(json.dumps({
             "name": self.name, "context": self.context, "kubeconfig": str(self.kubeconfig),
             "pools": self.pools_spec, "pools_source": str(pools.resolve(self.pools_spec).resolve()),
+            "operator": self.operator, "with": list(self.orchestrators), "webhook_port": procs.free_port(),
             "created_at": clock.iso_now(), "created_by": "deploy-suite"}, indent=2))
+
+    @property
+    def webhook_dir(self) -> Path:
+        return self.dir / "webhook"
+
+    @property
+    def webhook_port(self) -> int:
+        """The admission webhook's port on 127.0.0.1 (0: a cluster made before webhooks)."""
+        return int((self._marker() or {}).get("webhook_port") or 0)
+
+    def _install_webhooks(self, kube: Kube) -> None:
+        port = self.webhook_port
+        if not port:
+            self.log(f"cluster {self.name} was created without an admission webhook; `cluster down` then `up` "
+                     "to get one")
+            return
+        kube.apply(webhook.info_configmap(port, self.webhook_dir))
+        if profiles.get(self.operator).webhook:
+            kube.apply(webhook.dgd_webhook_configuration(profiles.get(self.operator), port, self.webhook_dir))
+
+    def _wait_webhook(self, timeout: float = 30.0) -> None:
+        """Until the controllers' webhook accepts TLS connections: with failurePolicy Fail, a DGD
+        written before that would be refused."""
+        port = self.webhook_port
+        if not port:
+            return
+        ctx = ssl.create_default_context(cafile=str(self.webhook_dir / "ca.crt"))
+        deadline = clock.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=2) as raw, \
+                        ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
+                    return
+            except OSError as exc:
+                if clock.monotonic() >= deadline:
+                    raise ClusterError(f"the admission webhook on 127.0.0.1:{port} never answered ({exc}); fix: see "
+                                       f"{self.dir / 'logs' / (CONTROLLERS + '.log')}") from exc
+                clock.sleep(0.1)
 
     def _write_kubeconfig(self) -> None:
         """Our own kubeconfig for this cluster, context ``offline-<name>``, written atomically."""
@@ -301,10 +379,11 @@ class OfflineCluster:
 
     def _install_manifests(self, kube: Kube, timeout: float) -> None:
         """Our CRDs (DGD, DCD) and kwok's default stages, before any node or workload exists."""
-        crds = yamlio.load_all(MANIFESTS / "crds.yaml")
+        crds = profiles.shape_crds(profiles.get(self.operator), yamlio.load_all(MANIFESTS / "crds.yaml"))
         for crd in crds:
             kube.apply(crd)
         wait_established(kube, [c["metadata"]["name"] for c in crds], timeout)
+        self._install_webhooks(kube)
         if kube.get_or_none("CustomResourceDefinition", "stages.kwok.x-k8s.io") is None:
             # A cluster created before Stages became objects runs kwokctl's built-in stages.
             self.log(f"cluster {self.name}: kwok Stage CRD absent (created by an older version); "
@@ -319,7 +398,10 @@ class OfflineCluster:
             return
         log = self.dir / "logs" / f"{CONTROLLERS}.log"
         proc = procs.spawn([sys.executable, "-m", "deploy_suite.offline.controllers", "--kubeconfig",
-                            str(self.kubeconfig), "--context", self.context, "--cluster-dir", str(self.dir)],
+                            str(self.kubeconfig), "--context", self.context, "--cluster-dir", str(self.dir),
+                            "--operator", self.operator, *[a for o in self.orchestrators for a in ("--with", o)],
+                            *(["--webhook-port", str(self.webhook_port), "--webhook-dir", str(self.webhook_dir)]
+                              if self.webhook_port else [])],
                            log, log, cwd=self.dir)
         # A daemon that outlives this process by design (like kwokctl's components); `down` stops it by pid.
         (self.dir / "pids" / f"{CONTROLLERS}.pid").write_text(str(procs.detach(proc)))

@@ -7,7 +7,8 @@ real cluster): it honours ``WaitForFirstConsumer`` by waiting for the scheduler'
 pre-bound through ``claimRef``, and deletes released PVs (reclaim policy ``Delete``). The real PV
 controller in kube-controller-manager does the binding.
 
-It also runs the Dynamo operator simulator (:mod:`deploy_suite.offline.operator_sim`): DGDs become
+It serves the operator's admission webhooks over TLS on 127.0.0.1 (:mod:`deploy_suite.offline.webhook`)
+and runs the Dynamo operator simulator (:mod:`deploy_suite.offline.operator_sim`): DGDs become
 Deployments, Services and status, and get a local Dynamo frontend + mocker behind kwok port-forwards.
 
 Run as ``python -m deploy_suite.offline.controllers --kubeconfig K --context C --cluster-dir D``.
@@ -26,8 +27,10 @@ from typing import Any
 from deploy_suite import clock
 from deploy_suite.errors import Conflict, KubeError, NotFound
 from deploy_suite.kube import Kube, Obj
+from deploy_suite.offline.operator_sim import profiles
 from deploy_suite.offline.operator_sim.controller import OperatorSim
 from deploy_suite.offline.pools import PROVISIONER
+from deploy_suite.offline.webhook import WebhookServer
 
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
@@ -122,7 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster-dir", required=True, help="the cluster's state directory")
     parser.add_argument("--no-serving", action="store_true",
                         help="do not start Dynamo frontends/mockers for DGDs (status and children only)")
+    parser.add_argument("--operator", default=profiles.DEFAULT_PROFILE, choices=sorted(profiles.PROFILES),
+                        help="the operator generation the replica plays")
+    parser.add_argument("--with", dest="orchestrators", action="append", default=[], choices=profiles.ORCHESTRATORS,
+                        help="a multinode orchestrator whose API the cluster has (repeatable)")
+    parser.add_argument("--webhook-port", type=int, default=0, help="serve the admission webhooks on 127.0.0.1:PORT")
+    parser.add_argument("--webhook-dir", default=None, help="directory holding the webhook's tls.crt and tls.key")
     args = parser.parse_args(argv)
+    profile = profiles.get(args.operator)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -130,17 +140,22 @@ def main(argv: list[str] | None = None) -> int:
     prov = Provisioner(kube)
     # Its own client: the simulator's worker and serving threads must not queue behind watches.
     sim = OperatorSim(Kube(args.context, args.kubeconfig, user_agent="deploy-suite-operator-sim"),
-                      Path(args.cluster_dir), log, serve=not args.no_serving)
+                      Path(args.cluster_dir), log, serve=not args.no_serving, profile=profile,
+                      orchestrators=profiles.orchestrators(args.orchestrators))
     loops = [
         ("provisioner/claims", lambda: kube.watch_events("PersistentVolumeClaim", stop), prov.on_claim),
         ("provisioner/volumes", lambda: kube.watch_events("PersistentVolume", stop), prov.on_volume),
         *sim.loops(stop),
     ]
+    if args.webhook_port and args.webhook_dir:
+        WebhookServer(args.webhook_port, Path(args.webhook_dir), profile, log).start(stop)
+        log(f"admission webhooks on https://127.0.0.1:{args.webhook_port}")
     sim.start(stop)
     threads = [threading.Thread(target=run_loop, args=(n, e, h, stop), daemon=True, name=n) for n, e, h in loops]
     for t in threads:
         t.start()
-    log(f"controllers running against context {args.context}: {', '.join(n for n, _, _ in loops)}")
+    log(f"controllers running against context {args.context} (operator {profile.name}"
+        f"{''.join(' --with ' + o for o in args.orchestrators)}): {', '.join(n for n, _, _ in loops)}")
     stop.wait()
     log("controllers stopping")
     return 0

@@ -26,6 +26,7 @@ from deploy_suite.errors import Invalid, KubeError
 from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite.offline.operator_sim.components import worker_hash
 from deploy_suite.offline.operator_sim.controller import DGD_BETA
 from deploy_suite.offline.procs import wait_exit
 
@@ -144,14 +145,16 @@ def test_a_dgd_becomes_ready_and_serves_through_kubectl_port_forward(
     for comp, (replicas, gpus) in workers.items():
         entry = status_map[comp]
         assert entry["componentKind"] == "Deployment"
-        assert entry["componentNames"] == [f"{name}-{comp.lower()}"]
+        # The newest operator's DCD (and Deployment) name: a worker's carries the worker hash.
+        dcd = f"{name}-{comp.lower()}-{worker_hash(dgd)}"
+        assert entry["componentNames"] == [dcd]
         assert entry["readyReplicas"] == entry["availableReplicas"] == entry["updatedReplicas"] == replicas
         mine = [p for p in pods if p["metadata"]["labels"]["nvidia.com/dynamo-component"] == comp]
         assert len(mine) == replicas
         for p in mine:
             labels = p["metadata"]["labels"]
             assert labels["nvidia.com/dynamo-namespace"] == f"{ns}-{name}"
-            assert labels["nvidia.com/selector"] == f"{name}-{comp.lower()}"
+            assert labels["nvidia.com/selector"] == dcd
             assert p["spec"]["nodeName"].startswith("h200-")  # placed by the real scheduler on GPU nodes
             main = p["spec"]["containers"][0]
             assert main["resources"]["requests"]["nvidia.com/gpu"] == main["resources"]["limits"]["nvidia.com/gpu"] \
@@ -168,8 +171,8 @@ def test_a_dgd_becomes_ready_and_serves_through_kubectl_port_forward(
 
 def test_v1alpha1_fields_reach_the_pod_spec(cluster_kube: Kube, scratch_namespace: str) -> None:
     cluster_kube.apply(manifest("dgd-alpha-agg.yaml"), scratch_namespace)
-    wait_dgd(cluster_kube, scratch_namespace, "alpha-agg", "successful")
-    dep = cluster_kube.get("Deployment", "alpha-agg-vllmdecodeworker", scratch_namespace)
+    dgd = wait_dgd(cluster_kube, scratch_namespace, "alpha-agg", "successful")
+    dep = cluster_kube.get("Deployment", f"alpha-agg-vllmdecodeworker-{worker_hash(dgd)}", scratch_namespace)
     spec = dep["spec"]["template"]["spec"]
     main = spec["containers"][0]
     assert main["envFrom"] == [{"secretRef": {"name": "hf-token-secret"}}]
@@ -177,7 +180,7 @@ def test_v1alpha1_fields_reach_the_pod_spec(cluster_kube: Kube, scratch_namespac
     assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
     assert spec["imagePullSecrets"] == [{"name": "nvcr-pull"}]
     assert {"name": "shared-memory", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in spec["volumes"]
-    assert dep["metadata"]["ownerReferences"][0]["kind"] == "DynamoGraphDeployment"
+    assert dep["metadata"]["ownerReferences"][0]["kind"] == "DynamoComponentDeployment"
     fe = cluster_kube.get("Deployment", "alpha-agg-frontend", scratch_namespace)["spec"]["template"]["spec"]
     assert fe["containers"][0]["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
 
@@ -244,9 +247,12 @@ def test_a_dgd_that_cannot_schedule_stays_pending_with_failed_scheduling_events(
 
     state = cluster_kube.wait_for(DGD_BETA, only_worker_pending, awaited="only the worker not ready", timeout=30,
                                   namespace=ns, name="nine-gpus")
-    cond = ready_condition(state.objects[f"{ns}/nine-gpus"])
+    dgd = state.objects[f"{ns}/nine-gpus"]
+    cond = ready_condition(dgd)
     assert cond["reason"] == "some_resources_are_not_ready"
-    assert cond["message"] == "Resources not ready: nine-gpus-worker: desired=1, ready=0, available=0"
+    # The newest operator reports the worker's DCD, not its pods.
+    assert cond["message"] == (f"Resources not ready: nine-gpus-worker-{worker_hash(dgd)}: "
+                               "Component deployment not ready - Available condition not true")
     assert state.objects[f"{ns}/nine-gpus"]["status"]["components"]["Frontend"]["readyReplicas"] == 1
 
 

@@ -194,7 +194,8 @@ def scheduled(api, name, message, labels, gpus=1):
 
 
 def event_reads(api):
-    return [r for r in api.requests if r.path.endswith("/events")]
+    """Reads of one pod's events (not the readiness wait's watch of the namespace's warnings)."""
+    return [r for r in api.requests if r.path.endswith("/events") and "involvedObject.name" in str(r.query)]
 
 
 def job_wait_stopped(api, kube, message):

@@ -12,6 +12,7 @@ reported as state ``failed`` with the error text.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,13 +21,17 @@ from typing import Any
 from deploy_suite import clock
 from deploy_suite.constants import DGD_GROUP, DGD_KIND, DGD_PLURAL, LABEL_DGD_NAME
 from deploy_suite.errors import KubeError, NotFound, ReconcileError
-from deploy_suite.kube import Kube, Obj, Resource
+from deploy_suite.kube import Kube, Obj, Resource, translate
 from deploy_suite.offline import dynamo_env
+from deploy_suite.offline.operator_sim import components, profiles
 from deploy_suite.offline.operator_sim.plan import Plan, build_plan, child_name, deployment_readiness, is_alpha
 from deploy_suite.offline.operator_sim.serving import Servings
 
 DGD_BETA = Resource(DGD_GROUP, "v1beta1", DGD_PLURAL, True, DGD_KIND)
 DGD_ALPHA = Resource(DGD_GROUP, "v1alpha1", DGD_PLURAL, True, DGD_KIND)
+DCD = Resource(DGD_GROUP, "v1beta1", "dynamocomponentdeployments", True, components.DCD_KIND)
+# The newest operator's words for a component whose DCD is not Available.
+DCD_NOT_READY = "Component deployment not ready - Available condition not true"
 
 READY_REASON = "all_resources_are_ready"
 NOT_READY_REASON = "some_resources_are_not_ready"
@@ -67,20 +72,25 @@ class WorkQueue:
 
 class OperatorSim:
     def __init__(self, kube: Kube, cluster_dir: Path, log: Log, serve: bool = True,
-                 dynamo_version: str = dynamo_env.DEFAULT_VERSION) -> None:
+                 dynamo_version: str = dynamo_env.DEFAULT_VERSION,
+                 profile: profiles.Profile | None = None, orchestrators: tuple[str, ...] = ()) -> None:
         self.kube = kube
+        self.profile = profile or profiles.get(profiles.DEFAULT_PROFILE)
+        self.orchestrators = orchestrators
+        self.dgd = self.profile.dgd
         self.dynamo_root = cluster_dir / "dynamo"
         self.log = log
         self.queue = WorkQueue()
         self.servings = Servings(kube, self.dynamo_root, log, self.queue.add, enabled=serve,
                                  dynamo_version=dynamo_version)
         self._applied: dict[str, tuple[str, int]] = {}  # key -> (uid, generation) children applied for
+        self._dcd_status: dict[str, tuple[str, str, str]] = {}  # ns/dcd -> Available (status, reason, message)
 
     # ------------------------------------------------------------------ wiring into controllers
     def loops(self, stop: threading.Event) -> list[Loop]:
         sel = LABEL_DGD_NAME
         return [
-            ("operator-sim/dgds", lambda: self.kube.watch_events(DGD_BETA, stop), self.on_dgd),
+            ("operator-sim/dgds", lambda: self.kube.watch_events(self.dgd, stop), self.on_dgd),
             ("operator-sim/deployments", lambda: self.kube.watch_events("Deployment", stop, label_selector=sel),
              self.on_owned),
             ("operator-sim/pods", lambda: self.kube.watch_events("Pod", stop, label_selector=sel), self.on_owned),
@@ -137,7 +147,7 @@ class OperatorSim:
         if not self.dynamo_root.is_dir():
             return
         try:
-            items, _ = self.kube.list_items(DGD_BETA)
+            items, _ = self.kube.list_items(self.dgd)
         except KubeError as exc:
             self.log(f"operator-sim: cannot list DGDs for orphan cleanup: {exc}")
             return
@@ -145,28 +155,43 @@ class OperatorSim:
 
     def reconcile(self, key: str) -> None:
         namespace, name = key.split("/", 1)
-        obj = self.kube.get_or_none(DGD_BETA, name, namespace)
+        obj = self.kube.get_or_none(self.dgd, name, namespace)
         if obj is None:
             self.forget(key)
             return
+        finalizers = list(obj["metadata"].get("finalizers") or [])
         if obj["metadata"].get("deletionTimestamp"):
-            return  # the garbage collector removes the children; nothing to report
-        res = DGD_ALPHA if is_alpha(obj) else DGD_BETA
+            # The garbage collector removes the children; the operator's finalizer only waits for
+            # its own clean-up (the serving processes here), then lets the DGD go.
+            if profiles.FINALIZER in finalizers:
+                self.forget(key)
+                self._set_finalizers(obj, [f for f in finalizers if f != profiles.FINALIZER])
+            return
+        if self.profile.finalizer and profiles.FINALIZER not in finalizers:
+            obj = self._set_finalizers(obj, [*finalizers, profiles.FINALIZER])
+        # Without conversion both served versions hold the same object: write through the shape's own.
+        res = self.dgd if self.profile.storage == "v1alpha1" else DGD_ALPHA if is_alpha(obj) else DGD_BETA
         try:
             plan = build_plan(obj)
             self._check_pvcs(obj, plan)
-            deployments = self._apply_children(obj, plan)
+            names = self._child_names(obj, plan)
+            deployments = self._apply_children(obj, plan, names)
         except ReconcileError as exc:
-            self._write_status(res, obj, status_for(obj, "failed", FAILED_REASON, str(exc), None, None))
+            self._write_status(res, obj, status_for(obj, "failed", FAILED_REASON, str(exc), None, None,
+                                                         observed_generation=self.profile.observed_generation))
             return
         self.servings.ensure(plan)
         component_status: dict[str, Obj] = {}
         not_ready: list[str] = []
         serving = self.servings.readiness(plan)
         for c in plan.model.components:
-            dep_name = child_name(plan.name, c.name)
+            dep_name = names[c.name]
             desired = c.replicas * c.node_count
             ready, reason, counts = deployment_readiness(deployments.get(dep_name), desired)
+            if self.profile.dcds:
+                # The DCD reports its Deployment; the DGD sees only the DCD's Available condition.
+                self._write_dcd_status(plan.namespace, dep_name, deployments.get(dep_name), ready)
+                reason = DCD_NOT_READY
             if ready and c.name in plan.served_components() and serving is not None and desired:
                 ready, reason = serving
             if not ready:
@@ -181,7 +206,8 @@ class OperatorSim:
             state, reason, message = "pending", NOT_READY_REASON, f"Resources not ready: {'; '.join(not_ready)}"
         else:
             state, reason, message = "successful", READY_REASON, "All resources are ready"
-        self._write_status(res, obj, status_for(obj, state, reason, message, component_status, plan.alpha))
+        self._write_status(res, obj, status_for(obj, state, reason, message, component_status, plan.alpha,
+                                                     observed_generation=self.profile.observed_generation))
         self.servings.wire_pods(plan)
 
     # ------------------------------------------------------------------ children
@@ -209,15 +235,47 @@ class OperatorSim:
                 raise ReconcileError(f"failed to reconcile Dynamo components deployments: component {c.name!r}: "
                                      f"compilation cache persistentvolumeclaims \"{cache}\" not found")
 
-    def _apply_children(self, obj: Obj, plan: Plan) -> dict[str, Obj]:
+    def _child_names(self, obj: Obj, plan: Plan) -> dict[str, str]:
+        """Component -> the name of its Deployment (and DCD on the newest path)."""
+        if not self.profile.dcds:
+            return {c.name: child_name(plan.name, c.name) for c in plan.model.components}
+        hash_ = components.worker_hash(obj)
+        return {c.name: components.dcd_name(plan, c, hash_) for c in plan.model.components}
+
+    def _children(self, obj: Obj, plan: Plan, names: dict[str, str]) -> list[Obj]:
+        """Apply the DCDs (newest path) and return the Deployments and Services to apply."""
+        if not self.profile.dcds:
+            return [*plan.deployments.values(), *plan.services]
+        hash_ = components.worker_hash(obj)
+        spec = obj.get("spec") or {}
+        raws = {str(c.get("name")): c for c in spec.get("components") or []} if not plan.alpha else \
+            {str(k): v or {} for k, v in (spec.get("services") or {}).items()}
+        children: list[Obj] = list(plan.services)  # the frontend Services, as on every path
+        for c in plan.model.components:
+            dgd_owner = plan.deployments[c.name]["metadata"]["ownerReferences"][0]
+            dcd = self.kube.apply(components.dcd_manifest(plan, c, names[c.name], dgd_owner, raws.get(c.name, {})),
+                                  plan.namespace)
+            owner = {"apiVersion": components.DCD_API, "kind": components.DCD_KIND, "name": names[c.name],
+                     "uid": dcd["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+            worker = names[c.name] != child_name(plan.name, c.name)
+            children.append(components.owned_deployment(plan.deployments[c.name], names[c.name], owner,
+                                                         hash_ if worker else None))
+            if self.profile.component_services and c.type != "frontend":
+                service = components.component_service(plan, c, dgd_owner)
+                if service is not None:
+                    children.append(service)
+        return children
+
+    def _apply_children(self, obj: Obj, plan: Plan, names: dict[str, str]) -> dict[str, Obj]:
         meta = obj["metadata"]
         stamp = (str(meta["uid"]), int(meta.get("generation") or 0))
         selector = f"{LABEL_DGD_NAME}={plan.name}"
         if self._applied.get(plan.key) != stamp:
-            for child in [*plan.deployments.values(), *plan.services]:
+            children = self._children(obj, plan, names)
+            for child in children:
                 self.kube.apply(child, plan.namespace)
-            wanted = {d["metadata"]["name"] for d in [*plan.deployments.values(), *plan.services]}
-            for kind in ("Deployment", "Service"):
+            wanted = {d["metadata"]["name"] for d in children} | set(names.values())
+            for kind in (("Deployment", "Service", DCD) if self.profile.dcds else ("Deployment", "Service")):
                 items, _ = self.kube.list_items(kind, plan.namespace, label_selector=selector)
                 for item in items:
                     owners = item["metadata"].get("ownerReferences") or []
@@ -227,7 +285,32 @@ class OperatorSim:
         items, _ = self.kube.list_items("Deployment", plan.namespace, label_selector=selector)
         return {i["metadata"]["name"]: i for i in items}
 
+    def _set_finalizers(self, obj: Obj, finalizers: list[str]) -> Obj:
+        """A merge patch of ``metadata.finalizers``, guarded by the resourceVersion read (a conflict
+        requeues the key, as the operator's update would)."""
+        meta = obj["metadata"]
+        body = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
+        try:
+            data = self.kube.transport.request("PATCH", self.dgd.path(meta["namespace"], meta["name"]), {}, body,
+                                               "application/merge-patch+json")
+        except Exception as exc:  # translated like every Kube call
+            raise translate(exc, f"patch finalizers of {meta['namespace']}/{meta['name']}") from exc
+        patched: Obj = json.loads(data)
+        return patched
+
     # ------------------------------------------------------------------ status
+    def _write_dcd_status(self, namespace: str, name: str, deployment: Obj | None, ready: bool) -> None:
+        key = f"{namespace}/{name}"
+        cond = components.available_condition(deployment, ready, clock.iso_now())
+        seen = (cond["status"], cond["reason"], cond["message"])
+        if self._dcd_status.get(key) == seen:
+            return
+        try:
+            self.kube.patch_status(DCD, name, namespace, {"conditions": [cond]})
+        except NotFound:
+            return
+        self._dcd_status[key] = seen
+
     def _write_status(self, res: Resource, obj: Obj, status: Obj) -> None:
         if _same_status(obj.get("status") or {}, status):
             return
@@ -239,8 +322,9 @@ class OperatorSim:
 
 
 def status_for(obj: Obj, state: str, reason: str, message: str, components: dict[str, Obj] | None,
-               alpha: bool | None) -> Obj:
-    """The status the operator writes for ``state`` (a merge patch over the object's current status)."""
+               alpha: bool | None, *, observed_generation: bool = True) -> Obj:
+    """The status the operator writes for ``state`` (a merge patch over the object's current status);
+    ``observed_generation`` False plays an operator before 1.0, which never writes the field."""
     old = obj.get("status") or {}
     now = clock.iso_now()
     ready = "True" if state == "successful" else "False"
@@ -250,7 +334,7 @@ def status_for(obj: Obj, state: str, reason: str, message: str, components: dict
     condition = {"type": "Ready", "status": ready, "reason": reason, "message": message, "lastTransitionTime": since}
     others = [c for c in old.get("conditions") or [] if c.get("type") != "Ready"]
     status: Obj = {"state": state, "conditions": [*others, condition]}
-    if state != "failed":
+    if state != "failed" and observed_generation:
         # Only a successful reconcile advances observedGeneration (the operator's contract).
         status["observedGeneration"] = int(obj["metadata"].get("generation") or 0)
     if components is not None:
