@@ -11,7 +11,6 @@ constraint the model cannot evaluate lands in the caller's ``problems`` list ins
 from __future__ import annotations
 
 import re
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
