@@ -254,3 +254,16 @@ def test_refusals_that_are_not_this_dgds_or_are_history_are_not_judged(fake, eve
                                                                         pods: int) -> None:
     done, _ = below(fake[1], event, pods=pods)
     assert not done
+
+
+# ------------------------------------------------------------------ multinode layout
+@pytest.mark.parametrize(("labels", "role"), [
+    ({"role": "leader"}, "leader"), ({"role": "worker"}, "worker"),
+    ({"leaderworkerset.sigs.k8s.io/worker-index": "0"}, "leader"),
+    ({"leaderworkerset.sigs.k8s.io/worker-index": "2"}, "worker"),
+    ({"grove.io/podclique": "demo-0-vllmdecodeworker-ldr"}, "leader"),
+    ({"grove.io/podclique": "demo-0-vllmdecodeworker-wkr"}, "worker"),
+    ({"nvidia.com/dynamo-component": "Frontend"}, None),
+])
+def test_a_multinode_pods_role_is_read_from_its_orchestrators_labels(labels: dict[str, str], role: str | None):
+    assert rollout.multinode_role({"metadata": {"name": "p", "labels": labels}}) == role
