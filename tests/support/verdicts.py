@@ -142,7 +142,7 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
                 (led.get("failed_attempts") or [{}])[-1].get("category"))
     verdict_at = readiness.get("verdict_at") if failed_step in {"step6_readiness", "step7_smoke"} else \
         step(led, failed_step).get("ended_at")
-    evidence_at = first_evidence(target, scenario)
+    evidence_at = first_evidence(target, scenario, verdict_at)
     seconds = None
     if evidence_at and verdict_at:
         seconds = round((_parse(verdict_at) - _parse(evidence_at)).total_seconds(), 3)
@@ -161,25 +161,45 @@ def _audit(target: Target) -> list[Obj]:
     return [json.loads(line) for line in lines if target.namespace in line]
 
 
-def first_evidence(target: Target, scenario: Scenario) -> str | None:
-    """The audit time of the request that first made the failure visible (None: no such request)."""
+def _done(entry: Obj, resource: str, subresource: str | None = None) -> bool:
+    ref = entry.get("objectRef") or {}
+    return (ref.get("resource") == resource and ref.get("subresource") == subresource
+            and entry.get("verb") in {"create", "update", "patch"} and entry.get("stage") == "ResponseComplete")
+
+
+def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None) -> str | None:
+    """The audit time of the request that made the failure visible (None: no such request):
+
+    * event reasons: the create of the first such Warning event of the failing component; for
+      ``FailedScheduling`` also the scheduler's status write of the pod (``PodScheduled=False``),
+      which it makes before it records the event;
+    * ``pod-status``: the last status write of a failing pod before the verdict (the kubelet's
+      report of the second restart of a crash loop, which is what decides it);
+    * ``status``: the operator's first status write of the DGD.
+    """
     if not scenario.evidence:
         return None
     audit = _audit(target)
+    prefix = (f"{DGD_NAME}-{WORKER.lower()}", f"{DGD_NAME}-0-")
     if scenario.evidence == ("status",):
-        writes = [e for e in audit if (e.get("objectRef") or {}).get("resource") == "dynamographdeployments"
-                  and (e.get("objectRef") or {}).get("subresource") == "status"
-                  and e.get("verb") in {"update", "patch"} and e.get("stage") == "ResponseComplete"]
+        writes = [e for e in audit if _done(e, "dynamographdeployments", "status")]
         return str(writes[0]["stageTimestamp"]) if writes else None
+    pod_writes = [e for e in audit if _done(e, "pods", "status")
+                  and str((e.get("objectRef") or {}).get("name", "")).startswith(prefix)
+                  and "deploy-suite" not in str(e.get("userAgent"))]
+    if scenario.evidence == ("pod-status",):
+        before = [str(e["stageTimestamp"]) for e in pod_writes if verdict_at and
+                  _parse(str(e["stageTimestamp"])) <= _parse(verdict_at)]
+        return max(before, key=_parse) if before else None
     events, _ = target.kube.list_items("Event", target.namespace)
-    prefix = f"{DGD_NAME}-{WORKER.lower()}"
     names = {str(e["metadata"]["name"]) for e in events
              if e.get("reason") in scenario.evidence and e.get("type") == "Warning"
-             and str((e.get("involvedObject") or {}).get("name", "")).startswith((prefix, f"{DGD_NAME}-0-"))}
-    creates = sorted(str(e["stageTimestamp"]) for e in audit
-                     if (e.get("objectRef") or {}).get("resource") == "events" and e.get("verb") in {"create", "patch"}
-                     and (e.get("objectRef") or {}).get("name") in names and e.get("stage") == "ResponseComplete")
-    return creates[0] if creates else None
+             and str((e.get("involvedObject") or {}).get("name", "")).startswith(prefix)}
+    stamps = [str(e["stageTimestamp"]) for e in audit
+              if _done(e, "events") and (e.get("objectRef") or {}).get("name") in names]
+    if "FailedScheduling" in scenario.evidence:
+        stamps += [str(e["stageTimestamp"]) for e in pod_writes if "scheduler" in str(e.get("userAgent"))]
+    return min(stamps, key=_parse) if stamps else None
 
 
 # ------------------------------------------------------------------ the classes
@@ -226,6 +246,6 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("oversized-request", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
              _unmodelled(_oversized), evidence=("FailedScheduling",)),
     Scenario("crash-loop", Expected(category="crash", **FAILED_ATTEMPT),  # type: ignore[arg-type]
-             setup=_crash_loop, evidence=("BackOff",)),
+             setup=_crash_loop, evidence=("pod-status",)),
     Scenario("quota-refusal", DEPENDENCY, setup=_quota, evidence=("FailedCreate",)),
 )}
