@@ -131,7 +131,11 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
     if scenario.setup is not None:
         scenario.setup(target)
     exp = target.experiment(path, support={})
-    suite = target.run(exp, f"--timeout-readiness={READINESS_S:.0f}", "--timeout-readiness-no-progress=120")
+    try:
+        suite = target.run(exp, f"--timeout-readiness={READINESS_S:.0f}", "--timeout-readiness-no-progress=120")
+    finally:  # the operator's and the serving's switches are keyed by namespace/DGD: never left behind
+        faults.set_operator_fault(target.kube, target.namespace, DGD_NAME, None)
+        faults.set_serving_fault(target.kube, target.namespace, DGD_NAME, None)
     led = suite.ledger()
     got = outcomes(led)
     failed_step = next((s for s, o in got.items() if o in {"failed", "blocked"}), "step7_smoke")
@@ -139,8 +143,9 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
     blockers = led.get("blockers") or []
     category = (blockers[0]["class"] if led["status"] == "blocked" and blockers else
                 readiness.get("state") if failed_step == "step6_readiness" or led["status"] == "ready" else
+                (led.get("smoke") or {}).get("gate") if failed_step == "step7_smoke" else
                 (led.get("failed_attempts") or [{}])[-1].get("category"))
-    verdict_at = readiness.get("verdict_at") if failed_step in {"step6_readiness", "step7_smoke"} else \
+    verdict_at = readiness.get("verdict_at") if failed_step == "step6_readiness" or led["status"] == "ready" else \
         step(led, failed_step).get("ended_at")
     evidence_at = first_evidence(target, scenario, verdict_at)
     seconds = None
@@ -175,15 +180,19 @@ def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None) -
       which it makes before it records the event;
     * ``pod-status``: the last status write of a failing pod before the verdict (the kubelet's
       report of the second restart of a crash loop, which is what decides it);
-    * ``status``: the operator's first status write of the DGD.
+    * ``status``: the operator's first status write of the DGD (beside the event reasons: the
+      earliest of both, for a class the DGD's status shows on some profiles and events on others);
+    * ``ready-status``: the operator's last status write of the DGD before the verdict (the one
+      that made it Ready: the time to a ready verdict).
     """
     if not scenario.evidence:
         return None
     audit = _audit(target)
     prefix = (f"{DGD_NAME}-{WORKER.lower()}", f"{DGD_NAME}-0-")
-    if scenario.evidence == ("status",):
-        writes = [e for e in audit if _done(e, "dynamographdeployments", "status")]
-        return str(writes[0]["stageTimestamp"]) if writes else None
+    dgd_writes = [str(e["stageTimestamp"]) for e in audit if _done(e, "dynamographdeployments", "status")]
+    if scenario.evidence == ("ready-status",):
+        before = [w for w in dgd_writes if verdict_at and _parse(w) <= _parse(verdict_at)]
+        return max(before, key=_parse) if before else None
     pod_writes = [e for e in audit if _done(e, "pods", "status")
                   and str((e.get("objectRef") or {}).get("name", "")).startswith(prefix)
                   and "deploy-suite" not in str(e.get("userAgent"))]
@@ -197,6 +206,8 @@ def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None) -
              and str((e.get("involvedObject") or {}).get("name", "")).startswith(prefix)}
     stamps = [str(e["stageTimestamp"]) for e in audit
               if _done(e, "events") and (e.get("objectRef") or {}).get("name") in names]
+    if "status" in scenario.evidence:
+        stamps += dgd_writes[:1]
     if "FailedScheduling" in scenario.evidence:
         stamps += [str(e["stageTimestamp"]) for e in pod_writes if "scheduler" in str(e.get("userAgent"))]
     return min(stamps, key=_parse) if stamps else None
@@ -235,6 +246,40 @@ def _quota(target: Target) -> None:
                         "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}}, target.namespace)
 
 
+def _never_pullable(target: Target) -> None:
+    target.apply_fault(faults.image_pull(f"verdict-pull-{target.namespace}",
+                                         faults.by_dgd(DGD_NAME, namespace=target.namespace)))
+
+
+def _pod_webhook(target: Target) -> None:
+    target.apply_fault(faults.pod_admission_refusal(target.kube, f"verdict-refuse-{target.namespace}", DGD_NAME,
+                                                    target.namespace))
+
+
+def _operator_fault(fault: str) -> Callable[[Target], None]:
+    def setup(target: Target) -> None:
+        faults.set_operator_fault(target.kube, target.namespace, DGD_NAME, fault)
+    return setup
+
+
+def _serving_fault(fault: str) -> Callable[[Target], None]:
+    def setup(target: Target) -> None:
+        faults.set_serving_fault(target.kube, target.namespace, DGD_NAME, fault)
+    return setup
+
+
+def _slow_start(target: Target) -> None:
+    # Running, not Ready, for 20 s: a large model loading within the startup probe's budget.
+    target.apply_fault(faults.slow_start(f"verdict-slow-{target.namespace}",
+                                         faults.by_dgd(DGD_NAME, namespace=target.namespace), 1.0, 20.0))
+
+
+def _multinode() -> dict[str, Any]:
+    dgd = base_dgd(gpus=1)
+    dgd["spec"]["components"][1]["multinode"] = {"nodeCount": 2}
+    return dgd
+
+
 FAILED_ATTEMPT = {"status": "failed", "step": "step6_readiness", "failed_attempt": True}
 DEPENDENCY = Expected("failed", "step6_readiness", "dependency", False)
 
@@ -248,4 +293,21 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("crash-loop", Expected(category="crash", **FAILED_ATTEMPT),  # type: ignore[arg-type]
              setup=_crash_loop, evidence=("pod-status",)),
     Scenario("quota-refusal", DEPENDENCY, setup=_quota, evidence=("FailedCreate",)),
+    Scenario("image-never-pullable", Expected(category="crash", **FAILED_ATTEMPT),  # type: ignore[arg-type]
+             setup=_never_pullable, evidence=("pod-status",)),
+    Scenario("webhook-refusal", DEPENDENCY, setup=_pod_webhook, evidence=("FailedCreate",)),
+    # The apiserver refuses the operator's Deployment: the newest operator holds it at the DCD (an
+    # event), older ones write the DGD failed with the apiserver's text.
+    Scenario("invalid-template-at-dcd", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
+             setup=_operator_fault("invalid-template"), evidence=("FailedCreate", "status")),
+    Scenario("no-multinode-orchestrator", Expected("blocked", "step2_validate", "platform", False), _multinode),
+    # Recovering classes: no false verdict.
+    Scenario("transient-failed-recovers", Expected("ready", "step7_smoke", "ready", False),
+             setup=_operator_fault("transient-failed:3"), evidence=("ready-status",)),
+    Scenario("slow-loading-worker", Expected("ready", "step7_smoke", "ready", False), setup=_slow_start,
+             evidence=("ready-status",)),
+    Scenario("pre-1.0-success", Expected("ready", "step7_smoke", "ready", False), profiles=("0.9",),
+             evidence=("ready-status",)),
+    Scenario("listed-model-not-ready", Expected("failed", "step7_smoke", "chat", False),
+             setup=_serving_fault("model-not-ready")),
 )}
