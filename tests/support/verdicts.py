@@ -93,6 +93,9 @@ class Scenario:
     # "status" (the operator's status write), or "" (no cluster evidence: a verdict before any apply).
     evidence: tuple[str, ...] = ()
     orchestrators: tuple[str, ...] = ()
+    # The test of tests/e2e/test_deploy_offline.py that already proves this class in `make test`
+    # on the default profile: here it runs in the full matrix only (`make test-all`, the bench).
+    covered_by: str = ""
 
 
 @dataclass
@@ -274,6 +277,30 @@ def _slow_start(target: Target) -> None:
                                          faults.by_dgd(DGD_NAME, namespace=target.namespace), 1.0, 20.0))
 
 
+def _unbound_claim(dgd: dict[str, Any]) -> None:
+    worker_spec(dgd)["volumes"] = [{"name": "cache", "persistentVolumeClaim": {"claimName": "verdict-unbound"}}]
+    worker_main(dgd)["volumeMounts"] = [{"name": "cache", "mountPath": "/opt/models"}]
+
+
+def _unbound(target: Target) -> None:
+    """A claim whose storage class has a provisioner that never acts (Immediate binding)."""
+    storage_class = f"verdict-none-{target.namespace}"
+    target.apply_fault(faults.Fault(storage_class, ({  # cluster-scoped: removed with the target's faults
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": storage_class},
+        "provisioner": "example.com/none", "volumeBindingMode": "Immediate"},)))
+    target.kube.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "verdict-unbound"},
+                        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
+                                 "resources": {"requests": {"storage": "100Gi"}}}}, target.namespace)
+
+
+def _with(mutate: Callable[[dict[str, Any]], None]) -> Callable[[], dict[str, Any]]:
+    def make() -> dict[str, Any]:
+        dgd = base_dgd()
+        mutate(dgd)
+        return dgd
+    return make
+
+
 def _multinode() -> dict[str, Any]:
     dgd = base_dgd(gpus=1)
     dgd["spec"]["components"][1]["multinode"] = {"nodeCount": 2}
@@ -285,16 +312,21 @@ DEPENDENCY = Expected("failed", "step6_readiness", "dependency", False)
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("untolerated-taint", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
-             _unmodelled(_taint), evidence=("FailedScheduling",)),
+             _unmodelled(_taint), evidence=("FailedScheduling",),
+             covered_by="test_taint_mismatch_past_an_unknown_capacity_fails_step6_at_once"),
     Scenario("selector-mismatch", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
              _unmodelled(_selector), evidence=("FailedScheduling",)),
     Scenario("oversized-request", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
              _unmodelled(_oversized), evidence=("FailedScheduling",)),
     Scenario("crash-loop", Expected(category="crash", **FAILED_ATTEMPT),  # type: ignore[arg-type]
-             setup=_crash_loop, evidence=("pod-status",)),
+             setup=_crash_loop, evidence=("pod-status",),
+             covered_by="test_a_crash_loop_keeps_the_containers_last_lines_redacted_then_is_torn_down"),
     Scenario("quota-refusal", DEPENDENCY, setup=_quota, evidence=("FailedCreate",)),
+    Scenario("unbound-pvc", DEPENDENCY, _with(_unbound_claim), setup=_unbound, evidence=("FailedScheduling",),
+             covered_by="test_unbound_pvc_stops_step6_with_a_dependency_diagnosis"),
     Scenario("image-never-pullable", Expected(category="crash", **FAILED_ATTEMPT),  # type: ignore[arg-type]
-             setup=_never_pullable, evidence=("pod-status",)),
+             setup=_never_pullable, evidence=("pod-status",),
+             covered_by="test_an_image_tag_that_does_not_exist_is_a_failed_attempt_and_the_dgd_is_deleted_unless_kept"),
     Scenario("webhook-refusal", DEPENDENCY, setup=_pod_webhook, evidence=("FailedCreate",)),
     # The apiserver refuses the operator's Deployment: the newest operator holds it at the DCD (an
     # event), older ones write the DGD failed with the apiserver's text.
@@ -305,7 +337,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("transient-failed-recovers", Expected("ready", "step7_smoke", "ready", False),
              setup=_operator_fault("transient-failed:3"), evidence=("ready-status",)),
     Scenario("slow-loading-worker", Expected("ready", "step7_smoke", "ready", False), setup=_slow_start,
-             evidence=("ready-status",)),
+             evidence=("ready-status",), covered_by="test_a_slow_start_that_keeps_progressing_ends_ready"),
     Scenario("pre-1.0-success", Expected("ready", "step7_smoke", "ready", False), profiles=("0.9",),
              evidence=("ready-status",)),
     Scenario("listed-model-not-ready", Expected("failed", "step7_smoke", "chat", False),
