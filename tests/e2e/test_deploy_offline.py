@@ -151,8 +151,7 @@ def assert_ready(run: SuiteRun, target: Target, *, dgd_name: str, served: str, g
     assert response["object"] == "chat.completion" and response["choices"] and not response.get("error")
     live = target.dgd(dgd_name)
     assert live is not None and live["status"]["state"] == "successful"
-    assert (target.reports / f"deploy-iter-{run.iteration:03d}.html").is_file()
-    assert (target.reports / f"deploy-iter-{run.iteration:03d}.xml").is_file()
+    assert run.report("html").is_file() and run.report("xml").is_file()
     return led
 
 
@@ -657,7 +656,7 @@ def test_the_gpu_less_mocker_dgd_becomes_ready_with_capacity_not_needed(target: 
     assert led["preflight"]["gpu_sku"]["outcome"] == "not needed"
     assert led["readiness"]["state"] == "ready" and led["smoke"]["success"] == 1
     assert run.smoke_artifact()["api_http_code"] == 200
-    html = (target.reports / "deploy-iter-000.html").read_text()
+    html = run.report().read_text()
     assert "not needed" in html and "no GPU requested" in html
 
 
