@@ -65,17 +65,18 @@ class DgdDiff:
 
 def flag_pairs(tokens: Sequence[str]) -> dict[str, str | None]:
     """A command line's ``--flag value`` / ``--flag=value`` / bare ``--flag`` as a mapping (argparse:
-    the last occurrence wins); the words before the first flag are the program."""
+    the last occurrence wins); the words before the first ``--flag`` are the program
+    (``python3 -m dynamo.vllm``). A value may look like ``-1``: only ``--`` starts a flag."""
     out: dict[str, str | None] = {}
     program: list[str] = []
     i = 0
     while i < len(tokens):
         tok = tokens[i]
-        if tok.startswith("-") and not _is_number(tok) and len(tok) > 1:
+        if tok.startswith("--") and len(tok) > 2:
             if "=" in tok:
                 name, value = tok.split("=", 1)
                 out[name] = value
-            elif i + 1 < len(tokens) and (not tokens[i + 1].startswith("-") or _is_number(tokens[i + 1])):
+            elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
                 out[tok] = tokens[i + 1]
                 i += 1
             else:
@@ -83,17 +84,7 @@ def flag_pairs(tokens: Sequence[str]) -> dict[str, str | None]:
         elif not out:
             program.append(tok)
         i += 1
-    if program:
-        out = {PROGRAM: " ".join(program), **out}
-    return out
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    return {PROGRAM: " ".join(program), **out} if program else out
 
 
 def _text(value: object) -> str | None:

@@ -107,10 +107,12 @@ def timeline_svg(lanes: Sequence[Lane]) -> str:
 
     long = total > 86400
     parts = []
-    for tick in _ticks(start, end):
+    ticks = _ticks(start, end)
+    for n, tick in enumerate(ticks):
         tx = x(tick)
+        anchor = "start" if n == 0 else "end" if n == len(ticks) - 1 else "middle"  # the ends stay inside
         parts.append(f'<line x1="{tx:.1f}" y1="{_TOP - 4}" x2="{tx:.1f}" y2="{_TOP + len(lanes) * _LANE}" '
-                     f'stroke="#d0d7de"/><text x="{tx:.1f}" y="{_TOP - 8}" font-size="10" text-anchor="middle">'
+                     f'stroke="#d0d7de"/><text x="{tx:.1f}" y="{_TOP - 8}" font-size="10" text-anchor="{anchor}">'
                      f"{esc(_fmt(tick, long))}</text>")
     for i, lane in enumerate(lanes):
         y = _TOP + i * _LANE

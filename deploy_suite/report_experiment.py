@@ -196,10 +196,16 @@ def _attempts(data: Mapping[str, Any]) -> str:
     return f"{len(attempts)}: " + esc(", ".join(f"{k} x{n}" if n > 1 else k for k, n in kinds.most_common()))
 
 
+def _when(value: object) -> str:
+    """A ledger timestamp in two short lines (date, time), so the table fits a page."""
+    text = esc(value)
+    return text.replace("T", "<br>", 1) if value else muted("\u2013")
+
+
 def _torn_down(data: Mapping[str, Any]) -> str:
     at = data.get("torn_down_at")
     if at:
-        return esc(at)
+        return _when(at)
     teardown = get_map(data, "teardown")
     if teardown:
         return esc(f"{teardown.get('action')} ({teardown.get('policy')})")
@@ -228,7 +234,7 @@ def _row(it: Iteration, links: Links, root: Path) -> str:
              f"<code>{esc(d.get('dgd_name') or '?')}</code>",
              esc(d.get("gpus_requested")) if d.get("gpus_requested") is not None else muted("?"),
              _capacity(d), _time_to_ready(d), _smoke(d), _attempts(d),
-             esc(d.get("allocated_at")) if d.get("allocated_at") else muted("\u2013"), _torn_down(d),
+             _when(d.get("allocated_at")), _torn_down(d),
              f"{hours:.3f}", _links(it, links, root)]
     tds = "".join(f'<td class="{"dsr-wrap" if i in (2, 7, 8, 12) else ""}">{c}</td>' for i, c in enumerate(cells))
     return f'<tr class="dsr-iter" id="iter-{esc(it.number)}" data-iteration="{esc(it.number)}">{tds}</tr>'
@@ -267,7 +273,7 @@ def _value(value: object) -> str:
     return muted("absent") if value is None else f"<code>{esc(value)}</code>"
 
 
-def _diff_html(change: dgd_diff.DgdDiff, pinned: Sequence[str]) -> str:
+def _diff_html(change: dgd_diff.DgdDiff) -> str:
     parts = []
     if change.renamed:
         parts.append(f"<p>DGD renamed: {_value(change.renamed[0])} \u2192 {_value(change.renamed[1])}</p>")
@@ -282,10 +288,12 @@ def _diff_html(change: dgd_diff.DgdDiff, pinned: Sequence[str]) -> str:
         rows = [[esc(k.name) + (' <span class="dsr-pinned">pinned</span>' if k.pinned else ""),
                  _value(k.before), _value(k.after)] for k in change.knobs]
         parts.append("<h4>knobs</h4>" + html_table(["knob", "before", "after"], rows))
-    if pinned:
-        parts.append(muted("pinned (resources.pinned): " + ", ".join(pinned)
-                           + (f"; unchanged: {', '.join(change.pinned_unchanged)}" if change.pinned_unchanged
-                              else "")))
+    moved = [k.name for k in change.knobs if k.pinned]
+    if change.pinned_unchanged:
+        parts.append(f"<p>{muted('pinned knobs unchanged (resources.pinned): ' + ', '.join(change.pinned_unchanged))}"
+                     "</p>")
+    if moved:
+        parts.append(f'<p><b style="color:#cf222e">pinned knobs changed: {esc(", ".join(moved))}</b></p>')
     return "".join(parts)
 
 
@@ -314,7 +322,7 @@ def _changes(exp: Experiment, links: Links) -> str:
         else:
             change = dgd_diff.diff(before, after, exp.pinned)
             body = (f"<p>{muted('no difference in the applied DGDs')}</p>" if change.empty
-                    else _diff_html(change, exp.pinned))
+                    else _diff_html(change))
         sections.append(f'<section class="dsr-change" id="change-{esc(it.number)}" '
                         f'data-iteration="{esc(it.number)}">{head}{body}{_patches(it, links)}</section>')
     if not sections:
