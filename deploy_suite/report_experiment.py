@@ -40,7 +40,8 @@ _DOT = " \u00b7 "
 
 _CSS = """
 .dsr table.dsr-iters td{white-space:nowrap}
-.dsr table.dsr-iters td.dsr-wrap{white-space:normal;min-width:160px}
+.dsr table.dsr-iters td.dsr-wrap{white-space:normal;min-width:110px}
+.dsr table.dsr-iters td.dsr-first{white-space:normal}
 .dsr .dsr-change{border:1px solid #d0d7de;border-radius:6px;padding:4px 10px;margin:8px 0;break-inside:avoid}
 .dsr .dsr-change h3{margin:4px 0}
 .dsr .dsr-pinned{color:#fff;background:#8250df;border-radius:8px;padding:0 6px;font-size:11px}
@@ -160,8 +161,8 @@ def _budgets(exp: Experiment) -> str:
 # One row per iteration
 # --------------------------------------------------------------------------------------------
 
-_HEAD = ["#", "status", "provenance / review", "DGD", "GPUs", "capacity", "time to ready", "smoke",
-         "failed attempts", "allocated", "torn down", "GPU-hours", "links"]
+_HEAD = ["iteration", "status", "provenance / review", "DGD", "GPUs", "capacity", "time to ready", "smoke",
+         "failed attempts", "allocated", "torn down", "GPU-hours"]
 
 
 def _capacity(data: Mapping[str, Any]) -> str:
@@ -220,7 +221,7 @@ def _links(it: Iteration, links: Links, root: Path) -> str:
     out.append(links.link(it.path.relative_to(root).as_posix(), "ledger"))
     out.extend(links.link(m.get("path"), esc(m.get("type") or "manifest"))
                for m in get_list(it.data, "applied_manifests") if isinstance(m, Mapping) and m.get("path"))
-    return " ".join(out)
+    return " \u00b7 ".join(out)
 
 
 def _row(it: Iteration, links: Links, root: Path) -> str:
@@ -230,13 +231,15 @@ def _row(it: Iteration, links: Links, root: Path) -> str:
     review = f"<br>{muted(str(d.get('review_id')))}" if d.get("review_id") else ""
     until = d.get("updated_at")
     hours = resume.gpu_hours(d, now=str(until) if until else None)
-    cells = [esc(it.number), badge(status, colour), f"{esc(d.get('provenance') or '?')}{review}",
+    cells = [f"<b>{esc(it.number)}</b><br><small>{_links(it, links, root)}</small>", badge(status, colour),
+             f"{esc(d.get('provenance') or '?')}{review}",
              f"<code>{esc(d.get('dgd_name') or '?')}</code>",
              esc(d.get("gpus_requested")) if d.get("gpus_requested") is not None else muted("?"),
              _capacity(d), _time_to_ready(d), _smoke(d), _attempts(d),
              _when(d.get("allocated_at")), _torn_down(d),
-             f"{hours:.3f}", _links(it, links, root)]
-    tds = "".join(f'<td class="{"dsr-wrap" if i in (2, 7, 8, 12) else ""}">{c}</td>' for i, c in enumerate(cells))
+             f"{hours:.3f}"]
+    css = {0: ' class="dsr-first"', 2: ' class="dsr-wrap"', 7: ' class="dsr-wrap"', 8: ' class="dsr-wrap"'}
+    tds = "".join(f"<td{css.get(i, '')}>{c}</td>" for i, c in enumerate(cells))
     return f'<tr class="dsr-iter" id="iter-{esc(it.number)}" data-iteration="{esc(it.number)}">{tds}</tr>'
 
 
@@ -284,9 +287,13 @@ def _diff_html(change: dgd_diff.DgdDiff) -> str:
                 for c in comp.changes]
         parts.append(f'<h4 class="dsr-component" data-component="{esc(comp.name)}">{esc(comp.name)} '
                      f"{muted('(' + comp.status + ')')}</h4>" + html_table(["field", "", "before", "after"], rows))
-    if change.knobs:
+    # Per-component knobs (replicas, GPUs per worker, parallelism) are the component rows above;
+    # the table adds the graph-wide ones, and every pinned knob that moved.
+    shown = [k for k in change.knobs if k.pinned or not isinstance(k.before, dict | type(None))
+             or not isinstance(k.after, dict | type(None))]
+    if shown:
         rows = [[esc(k.name) + (' <span class="dsr-pinned">pinned</span>' if k.pinned else ""),
-                 _value(k.before), _value(k.after)] for k in change.knobs]
+                 _value(k.before), _value(k.after)] for k in shown]
         parts.append("<h4>knobs</h4>" + html_table(["knob", "before", "after"], rows))
     moved = [k.name for k in change.knobs if k.pinned]
     if change.pinned_unchanged:
