@@ -109,6 +109,12 @@ class ReportPlugin:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
         name = item.stash.get(STEP_KEY, None)
+        if name is not None and report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+            # The ledger (inner wrapper) kept the full reason; the HTML row and JUnit only name the
+            # step that stopped the run, whose reason the summary at the top shows once.
+            where, line, message = report.longrepr
+            short = renderer.step_reason({"outcome": "skipped", "reason": str(message).removeprefix("Skipped: ")})
+            report.longrepr = (where, line, f"Skipped: {short}")
         # The same phases at which the ledger plugin ends a step and attaches its JSON evidence.
         if name is None or not (report.skipped or report.failed or report.when == "call"):
             return

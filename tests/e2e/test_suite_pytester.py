@@ -402,7 +402,11 @@ def test_a_blocking_step_skips_every_later_step_with_its_reason(suite: Suite):
     cases = junit_cases(suite.exp_reports / "deploy-iter-000.xml")
     assert [c.get("name") for c in cases] == [
         "test_step1_inputs", "test_step2_validate", "test_step3_retire_previous", "test_step4_support_manifests"]
-    assert "blocked by step3_retire_previous" in cases[3].find("skipped").get("message")
+    # The skipped step names the step that stopped the run; the reason is said at the top, once.
+    assert cases[3].find("skipped").get("message") == "blocked by step3_retire_previous"
+    html = (suite.exp_reports / "deploy-iter-000.html").read_text()
+    # Twice: the summary's blockers box and the blocked step's own row; no skipped row repeats it.
+    assert html.count("secret hf-token-secret not found") == 2
 
 
 def test_a_failing_step_fails_the_ledger_and_a_missing_step_blocks_the_next(suite: Suite):
