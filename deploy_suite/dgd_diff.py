@@ -103,23 +103,27 @@ def _mapping_changes(prefix: str, before: dict[str, str | None], after: dict[str
     return out
 
 
+def _shown(name: str, value: str | None) -> str | None:
+    """A value as a report may show it: redact() works on NAME=value text, so a credential-named
+    key (``HF_TOKEN``, ``--api-key``) or a token-shaped value is hidden."""
+    return None if value is None else redact(f"{name}={value}").split("=", 1)[1]
+
+
 def _env(c: Component) -> dict[str, str | None]:
     values = env_values(c.env)
-    shown: dict[str, str | None] = {}
-    for var in c.env:
-        if var.name in values:
-            # redact() works on NAME=value text: credential-named keys and token shapes are hidden.
-            shown[var.name] = redact(f"{var.name}={values[var.name]}").split("=", 1)[1]
-        else:
-            shown[var.name] = "(from a reference)"
-    return shown
+    return {var.name: _shown(var.name, values[var.name]) if var.name in values else "(from a reference)"
+            for var in c.env}
+
+
+def _args(c: Component) -> dict[str, str | None]:
+    return {flag: _shown(flag, value) for flag, value in flag_pairs(c.tokens).items()}
 
 
 def component_changes(before: Component, after: Component) -> list[Change]:
     fields = (("replicas", before.replicas, after.replicas), ("GPUs per pod", before.gpus_per_pod, after.gpus_per_pod),
               ("node count", before.node_count, after.node_count), ("image", before.image, after.image))
     out = [Change(name, _text(a), _text(b)) for name, a, b in fields if a != b]
-    out.extend(_mapping_changes("", flag_pairs(before.tokens), flag_pairs(after.tokens)))
+    out.extend(_mapping_changes("", _args(before), _args(after)))
     out.extend(_mapping_changes("env ", _env(before), _env(after)))
     return out
 
@@ -129,7 +133,7 @@ def _whole(c: Component) -> list[Change]:
     empty: dict[str, str | None] = {}
     fields = [Change("replicas", None, str(c.replicas)), Change("GPUs per pod", None, str(c.gpus_per_pod)),
               Change("node count", None, str(c.node_count)), Change("image", None, _text(c.image))]
-    return [*fields, *_mapping_changes("", empty, flag_pairs(c.tokens)), *_mapping_changes("env ", empty, _env(c))]
+    return [*fields, *_mapping_changes("", empty, _args(c)), *_mapping_changes("env ", empty, _env(c))]
 
 
 def _flip(changes: Iterable[Change]) -> tuple[Change, ...]:

@@ -61,12 +61,14 @@ def test_diff_reads_replicas_gpus_image_arguments_env_and_components_as_a_review
     token = "hf_abcdefghijklmnopqrstuvwxyz012345"  # an inline credential: never shown
     before = parse_dgd(_TWO.format(name="a", replicas=1, gpus=1, image="vllm:1", tp=1, extra="", more=_PLANNER,
                                    env=f"{{name: MODE, value: a}}, {{name: HF_TOKEN, value: {token}}}"))
-    after = parse_dgd(_TWO.format(name="b", replicas=2, gpus=2, image="vllm:2", tp=2, extra=', --kv=fp8', more="",
+    after = parse_dgd(_TWO.format(name="b", replicas=2, gpus=2, image="vllm:2", tp=2, more="",
+                                  extra=f", --kv=fp8, --api-key, {token}",
                                   env="{name: MODE, value: b}, {name: NEW, value: x}"))
     change = dgd_diff.diff(before, after, ["tensor_parallel_size"])
     worker = {c.what: (c.before, c.after) for c in change.components[0].changes}
     assert worker == {"replicas": ("1", "2"), "GPUs per pod": ("1", "2"), "image": ("vllm:1", "vllm:2"),
-                      "--tensor-parallel-size": ("1", "2"), "--kv": (None, "fp8"), "env MODE": ("a", "b"),
+                      "--tensor-parallel-size": ("1", "2"), "--kv": (None, "fp8"), "--api-key": (None, "[REDACTED]"),
+                      "env MODE": ("a", "b"),
                       "env HF_TOKEN": ("[REDACTED]", None), "env NEW": (None, "x")}
     assert change.components[1].name == "Planner" and change.components[1].status == "removed"
     assert change.renamed == ("a", "b")
