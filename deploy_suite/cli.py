@@ -42,7 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--json", action="store_true", help="print the cluster's description as JSON")
     sub.add_parser("binaries", help="build (or reuse) the offline cluster's binaries and print their directory")
     report = sub.add_parser("report", help="render an HTML report from a deployment_ledger.json, or the "
-                                                 "experiment page from an experiment root directory")
+                                                 "experiment page from an experiment root directory",
+                            description="deploy-suite report LEDGER [-o OUT]: the page of one deployment_ledger.json "
+                                        "(default reports/<deploy_id>.html); deploy-suite report EXP_ROOT [-o OUT]: "
+                                        "the experiment page (default <EXP_ROOT>/artifacts/experiment.html)")
     report.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 

@@ -521,7 +521,8 @@ def links_for(ledger_path: Path, page_dir: Path) -> Links:
 def main(argv: list[str] | None = None) -> int:
     """``deploy-suite report LEDGER [-o OUT]``: write the HTML page of a ledger."""
     parser = argparse.ArgumentParser(prog="deploy-suite report", description=main.__doc__)
-    parser.add_argument("ledger", type=Path, help="a deployment_ledger.json")
+    parser.add_argument("ledger", type=Path, help="a deployment_ledger.json (given an experiment root directory "
+                                                  "instead, deploy-suite report writes the experiment page)")
     parser.add_argument("-o", "--output", default=None,
                         help="output file, '-' for stdout (default: reports/<deploy_id>.html in the current "
                              "directory; never inside the deployment directory)")
