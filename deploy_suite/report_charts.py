@@ -134,9 +134,16 @@ def timeline_svg(lanes: Sequence[Lane]) -> str:
             f'viewBox="0 0 {_WIDTH} {height}">{"".join(parts)}</svg>')
 
 
+# What each step's time is spent on, for the legend (README, the steps table).
+_MEANING = {"step2_validate": "checks, capacity", "step3_retire_previous": "retire the previous DGD",
+            "step4_support_manifests": "model cache, download", "step5_apply": "apply",
+            "step6_readiness": "waiting for capacity, loading", "step7_smoke": "smoke"}
+
+
 def legend_html() -> str:
     """The timeline's colours, as HTML beside it (readable when printed in black and white too)."""
-    items = [*STEP_COLOURS.items(), ("GPUs held (allocation interval)", ALLOCATION_COLOUR)]
+    items = [*((f"{name} ({_MEANING[name]})" if name in _MEANING else name, colour)
+               for name, colour in STEP_COLOURS.items()), ("GPUs held (allocation interval)", ALLOCATION_COLOUR)]
     return '<div class="dsr-legend">' + "".join(
         f'<span><svg width="12" height="10"><rect width="12" height="10" fill="{colour}"/></svg>{esc(name)}</span>'
         for name, colour in items) + "</div>"
