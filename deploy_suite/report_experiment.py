@@ -77,7 +77,6 @@ class Experiment:
     exp_id: str
     iterations: tuple[Iteration, ...]
     pinned: tuple[str, ...]
-    budgets: Mapping[str, Any]
     state: budget.BudgetState | None
     as_of: str | None
 
@@ -87,15 +86,19 @@ def iteration_page(ledger_path: Path) -> Path:
     return ledger_path.parent / f"{ledger_path.parent.name}.html"
 
 
+def _inside(root: Path, rel: object) -> Path | None:
+    """An EXP_ROOT-relative path of a ledger as a file of this tree; None for anything that could
+    lead out of it (absolute, ``..``): a ledger is data, not a pointer to follow anywhere."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or ".." in rel.split("/"):
+        return None
+    return root / rel
+
+
 def _workload(root: Path, iterations: Sequence[Iteration]) -> Mapping[str, Any]:
-    rel = "user_workload.yaml"
-    for it in reversed(iterations):
-        path = get_map(it.data, "user_workload").get("path")
-        if isinstance(path, str) and path and not path.startswith("/") and ".." not in path.split("/"):
-            rel = path
-            break
+    found = (_inside(root, get_map(it.data, "user_workload").get("path")) for it in reversed(iterations))
+    path = next((p for p in found if p is not None), root / "user_workload.yaml")
     try:
-        data = load_one(root / rel, "user_workload.yaml")
+        data = load_one(path, "user_workload.yaml")
     except (InputError, OSError):
         return {}
     return data if isinstance(data, Mapping) else {}
@@ -119,8 +122,7 @@ def load(exp_root: Path) -> Experiment:
         except InputError:  # a manifest.yaml that does not parse: the rest of the page still renders
             state = None
     return Experiment(root, experiment.experiment_id(root), iterations,
-                      tuple(str(p) for p in pinned) if isinstance(pinned, list) else (),
-                      budgets if isinstance(budgets, Mapping) else {}, state,
+                      tuple(str(p) for p in pinned) if isinstance(pinned, list) else (), state,
                       clock.iso(as_of) if as_of is not None else None)
 
 
@@ -261,9 +263,9 @@ def _applied_dgd(it: Iteration, root: Path, cache: dict[Path, Dgd | str]) -> Dgd
     """The iteration's applied DGD, or why it cannot be read (a run blocked before the copy)."""
     rel = next((m.get("path") for m in get_list(it.data, "applied_manifests")
                 if isinstance(m, Mapping) and m.get("type") == "deploy"), None)
-    if not isinstance(rel, str) or not rel or rel.startswith("/") or ".." in rel.split("/"):
+    path = _inside(root, rel)
+    if path is None:
         return "no applied DGD recorded (the run stopped before step 1 copied it)"
-    path = root / rel
     if path not in cache:
         try:
             cache[path] = load_dgd(path)
