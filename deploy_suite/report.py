@@ -109,7 +109,8 @@ CSS = """
 @media print{@page{size:A4;margin:12mm}body{margin:0}.dsr{font-size:10px;max-width:none}
  .dsr .dsr-grid,.dsr .dsr-cards{display:block}.dsr .dsr-card{break-inside:avoid;margin:4px 0}
  .dsr tr,.dsr svg{break-inside:avoid}.dsr .dsr-svg{overflow:visible}.dsr a{color:inherit;text-decoration:none}
- .dsr pre{white-space:pre-wrap}}
+ .dsr pre{white-space:pre-wrap}.dsr code,.dsr pre{font-size:9px}.dsr th,.dsr td{padding:2px 4px}
+ .dsr .dsr-pill,.dsr .dsr-badge{font-size:8px;padding:0 5px}}
 """
 
 

@@ -47,7 +47,8 @@ _CSS = """
 .dsr .dsr-pinned{color:#fff;background:#8250df;border-radius:8px;padding:0 6px;font-size:11px}
 .dsr .dsr-del{color:#82071e;background:#ffebe9}
 .dsr .dsr-add{color:#116329;background:#dafbe1}
-@media print{.dsr table.dsr-iters{font-size:8px}.dsr table.dsr-iters td{white-space:normal}}
+@media print{.dsr table.dsr-iters{font-size:8px}.dsr table.dsr-iters td{white-space:normal;min-width:0}
+ .dsr table.dsr-iters td code{overflow-wrap:normal}.dsr table.dsr-iters td.dsr-first small{display:none}}
 """
 
 
