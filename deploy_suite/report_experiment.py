@@ -137,9 +137,10 @@ def _top_line(exp: Experiment) -> str:
         return f'<div class="dsr-next" id="dsr-top">{muted("no deployment ledger yet under artifacts/")}</div>'
     latest = exp.iterations[-1]
     blockers = [b for b in get_list(latest.data, "blockers") if isinstance(b, Mapping)]
-    if exp.state is not None:
-        blockers.extend({"step": "budget", "message": message} for _, message, _ in exp.state.blockers
-                        if not any(message == b.get("message") for b in blockers))
+    # A budget spent since the last run's step 2 is the experiment's blocker too (said once: the
+    # last ledger's own budget blocker, when it has one, already says it).
+    if exp.state is not None and not any(b.get("class") == "budget" for b in blockers):
+        blockers.extend({"step": "budget", "message": message} for _, message, _ in exp.state.blockers)
     said = "; ".join(f"{b.get('step')}: {b.get('message')}" for b in blockers)
     blocked = (f'<b style="color:#cf222e">blockers ({len(blockers)}):</b> {esc(said)}' if blockers
                else '<b style="color:#1a7f37">no blocker</b>')

@@ -187,3 +187,12 @@ def test_a_failed_run_without_a_blocker_shows_its_reason_at_the_top() -> None:
     data["status"] = "failed"
     page = report.report_html(data)
     assert page.count("crash loop of VllmDecodeWorker") == 1 and "stopped by step6_readiness" in page
+
+
+def test_a_budget_spent_since_the_last_run_is_the_experiments_blocker_at_the_top(tmp_path: Path) -> None:
+    exp = write_synthetic_experiment(tmp_path, 6)  # failed iterations 1 and 5: two failed deploys
+    (exp.exp_root / "user_workload.yaml").write_text("budgets: {max_failed_deploys: 2}\n")
+    page = _page(exp.exp_root)
+    top = page.split('id="dsr-top">')[1].split("</div>")[0]
+    assert "blockers (1)" in top and "budget: failed-deploy budget spent: 2 failed deploy(s)" in top
+    assert "2 of 2 failed deploy(s) (spent)" in page
