@@ -19,6 +19,7 @@ STEP_COLOURS = {"step1_inputs": "#8c959f", "step2_validate": "#0969da", "step3_r
                 "step4_support_manifests": "#bf8700", "step5_apply": "#8250df", "step6_readiness": "#1a7f37",
                 "step7_smoke": "#1b7c83"}
 ALLOCATION_COLOUR = "#fb8f44"
+HOLD_COLOUR = "#d4a72c"
 _WIDTH, _LABEL, _LANE, _TOP = 1080, 150, 26, 28
 
 
@@ -40,6 +41,8 @@ class Lane:
     allocations: tuple[Span, ...]
     retired_at: _dt.datetime | None = None
     retired_by: str | None = None
+    # Step 6's hold decisions: pods waiting for GPUs others hold (README, step 6 "contention").
+    holds: tuple[_dt.datetime, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ def timeline_svg(lanes: Sequence[Lane]) -> str:
     """The Gantt of every lane's steps and GPU allocations on one axis (empty text without times)."""
     times = [t for lane in lanes for s in (*lane.steps, *lane.allocations) for t in (s.start, s.end)]
     times.extend(lane.retired_at for lane in lanes if lane.retired_at is not None)
+    times.extend(at for lane in lanes for at in lane.holds)
     if not times:
         return ""
     start, end = min(times), max(times)
@@ -120,6 +124,11 @@ def timeline_svg(lanes: Sequence[Lane]) -> str:
                      f'<text x="0" y="{y + 15}" font-size="11">{esc(lane.name)}</text>')
         parts.extend(rect(s, y + 3, 10, "dsr-step") for s in lane.steps)
         parts.extend(rect(s, y + 15, 7, "dsr-alloc") for s in lane.allocations)
+        for at in lane.holds:
+            hx = x(at)
+            parts.append(f'<path class="dsr-hold" d="M{hx - 4:.1f} {y + 1} L{hx + 4:.1f} {y + 1} L{hx:.1f} {y + 8} Z" '
+                         f'fill="{HOLD_COLOUR}"><title>{esc(f"{lane.name} waiting for capacity at {at.isoformat()}")}'
+                         "</title></path>")
         if lane.retired_at is not None:
             rx = x(lane.retired_at)
             who = f"retired by {lane.retired_by}" if lane.retired_by else "torn down"
@@ -143,7 +152,8 @@ _MEANING = {"step2_validate": "checks, capacity", "step3_retire_previous": "reti
 def legend_html() -> str:
     """The timeline's colours, as HTML beside it (readable when printed in black and white too)."""
     items = [*((f"{name} ({_MEANING[name]})" if name in _MEANING else name, colour)
-               for name, colour in STEP_COLOURS.items()), ("GPUs held (allocation interval)", ALLOCATION_COLOUR)]
+               for name, colour in STEP_COLOURS.items()), ("GPUs held (allocation interval)", ALLOCATION_COLOUR),
+             ("waiting for capacity (a hold decision)", HOLD_COLOUR)]
     return '<div class="dsr-legend">' + "".join(
         f'<span><svg width="12" height="10"><rect width="12" height="10" fill="{colour}"/></svg>{esc(name)}</span>'
         for name, colour in items) + "</div>"

@@ -372,7 +372,9 @@ def _lane(it: Iteration, retired_by: str | None, last: _dt.datetime | None) -> L
             held = ended is None
             allocs.append(Span(began, ended or last or began, f"{it.deploy_id} GPUs held"
                                + (" (still held at the last ledger write)" if held else ""), ALLOCATION_COLOUR))
-    return Lane(it.deploy_id, tuple(steps), tuple(allocs), _at(it.data.get("torn_down_at")), retired_by)
+    holds = (_at(h.get("at")) for h in get_list(it.data, "hold_decisions") if isinstance(h, Mapping))
+    return Lane(it.deploy_id, tuple(steps), tuple(allocs), _at(it.data.get("torn_down_at")), retired_by,
+                tuple(h for h in holds if h is not None))
 
 
 def _timeline(exp: Experiment) -> str:

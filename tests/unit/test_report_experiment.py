@@ -104,6 +104,7 @@ def test_every_iteration_has_a_row_every_later_one_a_change_and_retires_are_on_t
         assert "not compared" in page.split(f'id="change-{n}"')[1].split("</section>")[0]
     # Iteration 0 was retired by iteration 1's step 3 (ready, then the next run); failed 1 was torn down by policy.
     assert "retired by deploy-iter-001" in page and page.count('class="dsr-retire"') >= 2
+    assert page.count('class="dsr-hold"') == 5  # every iteration that got past step 2 waited once
     # Budgets against the grants of user_workload.yaml: 2 failed deploys of 40 (iterations 1 and 5).
     assert "2 of 40 failed deploy(s)" in page and "of 400 GPU-h" in page
     # The top line: the last iteration (5, failed) has no blocker; its next action is named.
