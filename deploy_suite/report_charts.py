@@ -132,10 +132,12 @@ def timeline_svg(lanes: Sequence[Lane]) -> str:
         if lane.retired_at is not None:
             rx = x(lane.retired_at)
             who = f"retired by {lane.retired_by}" if lane.retired_by else "torn down"
+            # Near the right edge the label goes left of the mark, so it is never cut off.
+            tx, anchor = (rx - 3, "end") if rx > _WIDTH - 110 else (rx + 3, "start")
             parts.append(f'<g class="dsr-retire"><line x1="{rx:.1f}" y1="{y + 1}" x2="{rx:.1f}" y2="{y + 24}" '
-                         f'stroke="#cf222e" stroke-width="2"/><text x="{rx + 3:.1f}" y="{y + 24}" font-size="9" '
-                         f'fill="#cf222e">{esc(who)}</text><title>{esc(who)} at {esc(lane.retired_at.isoformat())}'
-                         "</title></g>")
+                         f'stroke="#cf222e" stroke-width="2"/><text x="{tx:.1f}" y="{y + 24}" font-size="9" '
+                         f'text-anchor="{anchor}" fill="#cf222e">{esc(who)}</text>'
+                         f"<title>{esc(who)} at {esc(lane.retired_at.isoformat())}</title></g>")
         parts.append("</g>")
     height = _TOP + len(lanes) * _LANE + 6
     return (f'<svg class="dsr-timeline" role="img" aria-label="timeline of every iteration\'s steps and GPU '
