@@ -47,7 +47,7 @@ def measure(iterations: int, runs: int, poison: str | None = None,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
     figures = [measure(n, args.runs, browser=n == 100) for n in (1, 10, 100)]
     figures.append(measure(100, args.runs, poison="<script>alert(1)</script>"))
