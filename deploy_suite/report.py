@@ -385,13 +385,20 @@ def _readiness_section(ledger: Mapping[str, Any], links: Links) -> str:
     comps = rd.get("components")
     if isinstance(comps, Mapping) and comps:
         rows = []
+        # A multinode component's leader and workers, each on its node (rollout.multinode_role).
+        layout = any(isinstance(c, Mapping) and c.get("layout") for c in comps.values())
         for name, raw in comps.items():
             c: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
             ok = c.get("ready") == c.get("expected")
             ratio = f"{esc(c.get('ready'))}/{esc(c.get('expected'))}"
-            rows.append([f"<b>{esc(name)}</b>", f'<span style="color:{"#1a7f37" if ok else "#cf222e"}">{ratio}</span>',
-                         value_html(c.get("pods"), links), value_html(c.get("nodes"), links)])
-        parts.append(html_table(["component", "ready", "pods", "nodes"], rows, frozenset({1})))
+            row = [f"<b>{esc(name)}</b>", f'<span style="color:{"#1a7f37" if ok else "#cf222e"}">{ratio}</span>',
+                   value_html(c.get("pods"), links), value_html(c.get("nodes"), links)]
+            if layout:
+                row.append("<br>".join(f"{esc(e.get('role'))}: {esc(e.get('pod'))} on {esc(e.get('node'))}"
+                                       for e in c.get("layout") or [] if isinstance(e, Mapping)) or muted("single node"))
+            rows.append(row)
+        parts.append(html_table(["component", "ready", "pods", "nodes", *(["leader/workers"] if layout else [])],
+                                rows, frozenset({1})))
     contention = rd.get("contention")
     parts.append("<h3>Contention</h3>" + (value_html(contention, links) if contention
                                            else muted("none: no pod waited for GPUs held by others")))
