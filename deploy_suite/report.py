@@ -394,8 +394,9 @@ def _readiness_section(ledger: Mapping[str, Any], links: Links) -> str:
             row = [f"<b>{esc(name)}</b>", f'<span style="color:{"#1a7f37" if ok else "#cf222e"}">{ratio}</span>',
                    value_html(c.get("pods"), links), value_html(c.get("nodes"), links)]
             if layout:
-                row.append("<br>".join(f"{esc(e.get('role'))}: {esc(e.get('pod'))} on {esc(e.get('node'))}"
-                                       for e in c.get("layout") or [] if isinstance(e, Mapping)) or muted("single node"))
+                lines = [f"{esc(e.get('role'))}: {esc(e.get('pod'))} on {esc(e.get('node'))}"
+                         for e in c.get("layout") or [] if isinstance(e, Mapping)]
+                row.append("<br>".join(lines) or muted("single node"))
             rows.append(row)
         parts.append(html_table(["component", "ready", "pods", "nodes", *(["leader/workers"] if layout else [])],
                                 rows, frozenset({1})))
