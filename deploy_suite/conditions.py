@@ -335,9 +335,9 @@ class DgdReady:
                               "install what the operator names (for multinode: Grove, or LWS with Volcano) or "
                               "choose a candidate this cluster can run")
         reason = operator_status.ready_condition(st).get("reason")
-        raise StepFailure(f"DGD reconciliation error: {text} ({why})",
-                          "dependency" if permanent == "dependency" else "reconcile-error",
-                          [f"dgd/{self.name} status: failed {reason}: {text}"])
+        raise StepFailure(f"DGD reconciliation error: {text} ({why})", permanent or "reconcile-error",
+                          [f"dgd/{self.name} status: failed {reason}: {text}"],
+                          failed_attempt=permanent == triage.FAILED_DEPLOY)
 
     def _is_child(self, kind: str, name: str) -> bool:
         """Is ``kind``/``name`` one of this DGD's children, by the names the operator gives them:

@@ -29,8 +29,10 @@ from deploy_suite.clock import parse_iso
 Obj = Mapping[str, Any]
 
 # Reconcile errors that no later reconcile can clear, by what fixes them (docs/operator-generations.md).
-# ``platform``: the cluster lacks what the candidate needs; ``dependency``: an object to create.
+# ``platform``: the cluster lacks what the candidate needs; ``dependency``: an object to create;
+# ``failed-deploy``: the API server refuses what the manifest makes the operator write.
 PERMANENT_ERRORS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bis invalid: .*Invalid value", re.I), "failed-deploy"),
     (re.compile(r"no[ _]multinode[ _]orchestrator[ _]available", re.I), "platform"),
     (re.compile(r"kai-scheduler queue validation failed", re.I), "dependency"),
     (re.compile(r"failed to reconcile top-level PVCs", re.I), "dependency"),

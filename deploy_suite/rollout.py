@@ -489,6 +489,12 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
         out.components[comp.name] = {"expected": expected[comp.name], "ready": sum(map(conditions.pod_ready, mine)),
                                      "pods": sorted(p["metadata"]["name"] for p in mine),
                                      "nodes": sorted({p["spec"].get("nodeName", "") for p in mine})}
+        roles = {p["metadata"]["name"]: role for p in mine if (role := multinode_role(p)) is not None}
+        if roles:  # a multinode component: which pod leads, on which node
+            out.components[comp.name]["layout"] = [
+                {"pod": name, "role": roles[name], "node": next(p["spec"].get("nodeName", "") for p in mine
+                                                                if p["metadata"]["name"] == name)}
+                for name in sorted(roles, key=lambda n: (roles[n] != "leader", n))]
     service = dgd.frontend_service
     if frontend_expected and service and kube.get_or_none("Service", service, namespace) is None:
         raise StepFailure(f"frontend Service {service} is missing", "missing-frontend-service")
@@ -505,6 +511,20 @@ def _progress(ready: conditions.DgdReady, started: float) -> dict[str, Any]:
 
 def _progress_line(ready: conditions.DgdReady, started: float) -> str:
     return f"{ready.last_progress} at {ready.last_progress_at} ({ready.progress_mono - started:.0f}s after the start)"
+
+
+def multinode_role(pod: Obj) -> str | None:
+    """``leader`` or ``worker`` of a multinode pod, by the labels each orchestrator puts on it
+    (docs/operator-generations.md): the operator's ``role`` (LWS path), LWS's worker index (0 leads),
+    Grove's clique name (``<component>-ldr``/``-wkr``); None for a single-node pod."""
+    labels = pod["metadata"].get("labels") or {}
+    if labels.get("role") in {"leader", "worker"}:
+        return str(labels["role"])
+    index = labels.get("leaderworkerset.sigs.k8s.io/worker-index")
+    if index is not None:
+        return "leader" if str(index) == "0" else "worker"
+    clique = str(labels.get("grove.io/podclique") or "")
+    return "leader" if clique.endswith("-ldr") else "worker" if clique.endswith("-wkr") else None
 
 
 def _belongs(pod: Obj, dgd_name: str, component: str) -> bool:

@@ -33,7 +33,7 @@ from typing import Any
 
 from deploy_suite import triage_words as words
 from deploy_suite.constants import GPU_RESOURCE
-from deploy_suite.scheduling import Taint, Toleration, pod_gpus
+from deploy_suite.scheduling import Taint, Toleration, pod_gpus, pod_request, quantity
 from deploy_suite.triage_words import ACTIONS as ACTIONS
 from deploy_suite.triage_words import CONTENTION as CONTENTION
 from deploy_suite.triage_words import CRASH as CRASH
@@ -202,6 +202,21 @@ def _short_of_gpus(pod: Obj, name: str, nodes: Sequence[Obj], evidence: list[str
                    f"{biggest} allocatable: it can never schedule as written", evidence, decisive=True)
 
 
+def _beyond_every_node(pod: Obj, name: str, resources: Iterable[str], nodes: Sequence[Obj],
+                       evidence: list[str]) -> Verdict | None:
+    """"Insufficient cpu/memory/..." where the request is more than any eligible node's allocatable:
+    no freed capacity can ever make room (a failed attempt, not contention)."""
+    eligible = [n for n in nodes if _selector_fits(pod, n) and not untolerated_taints(pod, [n])]
+    for resource in sorted(set(resources) - {GPU_RESOURCE}):
+        asked = pod_request(pod.get("spec") or {}, resource)
+        biggest = max((quantity(((n.get("status") or {}).get("allocatable") or {}).get(resource, 0)) or 0.0
+                       for n in eligible), default=0.0)
+        if eligible and asked > biggest:
+            return Verdict(FAILED_DEPLOY, f"pod {name} requests {asked:g} {resource} but no eligible node has more "
+                           f"than {biggest:g} allocatable: it can never schedule as written", evidence, decisive=True)
+    return None
+
+
 def _scheduler_verdict(pod: Obj, name: str, reason: str, message: str, said: Words, nodes: Sequence[Obj] | None,
                        recheck_s: float) -> Verdict:
     """A scheduler's words on ``pod``, with what the pod and the nodes add."""
@@ -213,9 +228,10 @@ def _scheduler_verdict(pod: Obj, name: str, reason: str, message: str, said: Wor
         return Verdict(DEPENDENCY, f"pod {name} waits on a dependency (volume claim, quota or admission): {head}",
                        evidence)
     if said.category == CONTENTION:
-        if nodes is not None and GPU_RESOURCE in said.capacity:
+        if nodes is not None:
             # "Insufficient" also covers a request no node could ever hold: 9 GPUs on 8-GPU nodes.
-            judged = _short_of_gpus(pod, name, nodes, evidence)
+            judged = (_short_of_gpus(pod, name, nodes, evidence) if GPU_RESOURCE in said.capacity else None) or \
+                _beyond_every_node(pod, name, said.capacity, nodes, evidence)
             if judged is not None:
                 return judged
         return Verdict(CONTENTION, f"pod {name} is waiting for capacity ({', '.join(sorted(said.capacity))}) on "

@@ -240,9 +240,9 @@ def judge_operator(message: str) -> Words | None:
     errors are told apart by :mod:`deploy_suite.operator_status`, the one table of them that step
     6's DGD wait also reads: known-permanent ones by what fixes them, a retried 409 as no verdict."""
     permanent = operator_status.permanent_error(message)
-    if permanent is not None:
-        return Words(PLATFORM if permanent == "platform" else DEPENDENCY, OPERATOR,
-                     "a reconcile error no later reconcile clears")
+    if permanent is not None:  # operator_status's categories are this module's
+        return Words(permanent, OPERATOR, "a reconcile error no later reconcile clears",
+                     decisive=permanent == FAILED_DEPLOY)
     if operator_status.TRANSIENT_ERRORS.search(message):
         return None  # written as failed until the next reconcile (docs/operator-generations.md)
     low = message.lower()

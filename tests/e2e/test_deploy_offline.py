@@ -42,6 +42,7 @@ from deploy_suite.offline.operator_sim.serving import FAULTS_CONFIGMAP
 from fixtures.experiments.make_experiment import Experiment, stage_candidate
 from tests import support
 from tests.support import SuiteRun, outcomes, step
+from tests.support.pages import assert_experiment, keep, open_experiment
 
 pytestmark = [pytest.mark.cluster]
 
@@ -151,8 +152,7 @@ def assert_ready(run: SuiteRun, target: Target, *, dgd_name: str, served: str, g
     assert response["object"] == "chat.completion" and response["choices"] and not response.get("error")
     live = target.dgd(dgd_name)
     assert live is not None and live["status"]["state"] == "successful"
-    assert (target.reports / f"deploy-iter-{run.iteration:03d}.html").is_file()
-    assert (target.reports / f"deploy-iter-{run.iteration:03d}.xml").is_file()
+    assert run.report("html").is_file() and run.report("xml").is_file()
     return led
 
 
@@ -309,6 +309,13 @@ def test_iteration_1_retires_iteration_0_with_the_same_dgd_name(target: Target) 
     assert retired["pods_gone_at"] == led0["torn_down_at"] == retired["torn_down_at"] and retired["deleted_at"]
     assert retired["action"] == "deleted"
     assert retired["ledger"] == f"artifacts/{root0.name}/{ledger.LEDGER_NAME}"
+
+    # The experiment page the run rebuilt, in a real browser: both iterations, what iteration 1
+    # changed (the candidate's --max-num-seqs) and the retire of iteration 0 on the timeline.
+    page = open_experiment(exp.exp_root / "artifacts" / "experiment.html", [0, 1], [1])
+    keep(page, "experiment-offline")
+    assert_experiment(page, [0, 1], [1])
+    assert "--max-num-seqs" in page.dom and "retired by deploy-iter-001" in page.dom
     assert led1["previous_deployment"]["dgd_name"] == SAMPLE_DGD
     deletes = [c["command"] for c in led1["commands"] if c["kind"] == "mutate" and " delete " in c["command"]]
     assert len(deletes) == 1, deletes  # only the previous DGD, by exact name and namespace
@@ -698,7 +705,7 @@ def test_the_gpu_less_mocker_dgd_becomes_ready_with_capacity_not_needed(target: 
     assert led["preflight"]["gpu_sku"]["outcome"] == "not needed"
     assert led["readiness"]["state"] == "ready" and led["smoke"]["success"] == 1
     assert run.smoke_artifact()["api_http_code"] == 200
-    html = (target.reports / "deploy-iter-000.html").read_text()
+    html = run.report().read_text()
     assert "not needed" in html and "no GPU requested" in html
 
 

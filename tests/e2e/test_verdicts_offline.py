@@ -2,8 +2,9 @@
 (docs/operator-generations.md): the ledger's status, the category, and the effect on the
 failed-deploy budget. The time each verdict took is recorded for bench/bench_time_to_verdict.py.
 
-``make test`` runs each class once, on the profile named first in ``SLICE`` (the default profile,
-unless the class exists elsewhere only); ``make test-all`` runs the whole matrix (marker ``matrix``).
+``make test`` runs each class once, on the default profile (or the first where the class exists),
+unless ``test_deploy_offline.py`` already proves it there (``Scenario.covered_by``); ``make test-all``
+runs the whole matrix (marker ``matrix``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _params() -> list[Any]:
         profiles = scenario.profiles or tuple(PROFILES)
         representative = DEFAULT_PROFILE if DEFAULT_PROFILE in profiles else profiles[0]
         for profile in profiles:
-            marks = [] if profile == representative else [pytest.mark.matrix]
+            marks = [] if profile == representative and not scenario.covered_by else [pytest.mark.matrix]
             out.append(pytest.param(scenario.name, profile, id=f"{scenario.name}-{profile}", marks=marks))
     return out
 
@@ -63,3 +64,10 @@ def test_the_verdict_is_right_and_given_within_seconds(verdict_target: Target, s
         passed = True
     finally:
         verdicts.record(outcome, passed)
+
+
+def test_each_class_left_to_another_test_names_one_that_exists() -> None:
+    source = (Path(__file__).with_name("test_deploy_offline.py")).read_text(encoding="utf-8")
+    for scenario in verdicts.SCENARIOS.values():
+        if scenario.covered_by:
+            assert f"def {scenario.covered_by}(" in source, scenario.name

@@ -158,7 +158,7 @@ def test_the_secret_value_never_appears_in_any_artifact_or_output(experiment2: E
     # The search covered every kind of output: ledgers, smoke files, HTML, JUnit, terminal output.
     names = {Path(w).name for w, _ in _texts(experiment2)}
     assert {"deployment_ledger.json", "smoke_test_artifact.json", "deploy-iter-000.html",
-            "deploy-iter-001.xml"} <= names
+            "deploy-iter-001.xml", "experiment.html"} <= names
     assert any("/smoke/" in w for w, _ in _texts(experiment2))
 
 

@@ -93,6 +93,9 @@ class Scenario:
     # "status" (the operator's status write), or "" (no cluster evidence: a verdict before any apply).
     evidence: tuple[str, ...] = ()
     orchestrators: tuple[str, ...] = ()
+    # The test of tests/e2e/test_deploy_offline.py that already proves this class in `make test`
+    # on the default profile: here it runs in the full matrix only (`make test-all`, the bench).
+    covered_by: str = ""
 
 
 @dataclass
@@ -131,7 +134,11 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
     if scenario.setup is not None:
         scenario.setup(target)
     exp = target.experiment(path, support={})
-    suite = target.run(exp, f"--timeout-readiness={READINESS_S:.0f}", "--timeout-readiness-no-progress=120")
+    try:
+        suite = target.run(exp, f"--timeout-readiness={READINESS_S:.0f}", "--timeout-readiness-no-progress=120")
+    finally:  # the operator's and the serving's switches are keyed by namespace/DGD: never left behind
+        faults.set_operator_fault(target.kube, target.namespace, DGD_NAME, None)
+        faults.set_serving_fault(target.kube, target.namespace, DGD_NAME, None)
     led = suite.ledger()
     got = outcomes(led)
     failed_step = next((s for s, o in got.items() if o in {"failed", "blocked"}), "step7_smoke")
@@ -139,10 +146,11 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
     blockers = led.get("blockers") or []
     category = (blockers[0]["class"] if led["status"] == "blocked" and blockers else
                 readiness.get("state") if failed_step == "step6_readiness" or led["status"] == "ready" else
+                (led.get("smoke") or {}).get("gate") if failed_step == "step7_smoke" else
                 (led.get("failed_attempts") or [{}])[-1].get("category"))
-    verdict_at = readiness.get("verdict_at") if failed_step in {"step6_readiness", "step7_smoke"} else \
+    verdict_at = readiness.get("verdict_at") if failed_step == "step6_readiness" or led["status"] == "ready" else \
         step(led, failed_step).get("ended_at")
-    evidence_at = first_evidence(target, scenario)
+    evidence_at = first_evidence(target, scenario, verdict_at)
     seconds = None
     if evidence_at and verdict_at:
         seconds = round((_parse(verdict_at) - _parse(evidence_at)).total_seconds(), 3)
@@ -161,25 +169,51 @@ def _audit(target: Target) -> list[Obj]:
     return [json.loads(line) for line in lines if target.namespace in line]
 
 
-def first_evidence(target: Target, scenario: Scenario) -> str | None:
-    """The audit time of the request that first made the failure visible (None: no such request)."""
+def _done(entry: Obj, resource: str, subresource: str | None = None) -> bool:
+    ref = entry.get("objectRef") or {}
+    return (ref.get("resource") == resource and ref.get("subresource") == subresource
+            and entry.get("verb") in {"create", "update", "patch"} and entry.get("stage") == "ResponseComplete")
+
+
+def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None) -> str | None:
+    """The audit time of the request that made the failure visible (None: no such request):
+
+    * event reasons: the create of the first such Warning event of the failing component; for
+      ``FailedScheduling`` also the scheduler's status write of the pod (``PodScheduled=False``),
+      which it makes before it records the event;
+    * ``pod-status``: the last status write of a failing pod before the verdict (the kubelet's
+      report of the second restart of a crash loop, which is what decides it);
+    * ``status``: the operator's first status write of the DGD (beside the event reasons: the
+      earliest of both, for a class the DGD's status shows on some profiles and events on others);
+    * ``ready-status``: the operator's last status write of the DGD before the verdict (the one
+      that made it Ready: the time to a ready verdict).
+    """
     if not scenario.evidence:
         return None
     audit = _audit(target)
-    if scenario.evidence == ("status",):
-        writes = [e for e in audit if (e.get("objectRef") or {}).get("resource") == "dynamographdeployments"
-                  and (e.get("objectRef") or {}).get("subresource") == "status"
-                  and e.get("verb") in {"update", "patch"} and e.get("stage") == "ResponseComplete"]
-        return str(writes[0]["stageTimestamp"]) if writes else None
+    prefix = (f"{DGD_NAME}-{WORKER.lower()}", f"{DGD_NAME}-0-")
+    dgd_writes = [str(e["stageTimestamp"]) for e in audit if _done(e, "dynamographdeployments", "status")]
+    if scenario.evidence == ("ready-status",):
+        before = [w for w in dgd_writes if verdict_at and _parse(w) <= _parse(verdict_at)]
+        return max(before, key=_parse) if before else None
+    pod_writes = [e for e in audit if _done(e, "pods", "status")
+                  and str((e.get("objectRef") or {}).get("name", "")).startswith(prefix)
+                  and "deploy-suite" not in str(e.get("userAgent"))]
+    if scenario.evidence == ("pod-status",):
+        before = [str(e["stageTimestamp"]) for e in pod_writes if verdict_at and
+                  _parse(str(e["stageTimestamp"])) <= _parse(verdict_at)]
+        return max(before, key=_parse) if before else None
     events, _ = target.kube.list_items("Event", target.namespace)
-    prefix = f"{DGD_NAME}-{WORKER.lower()}"
     names = {str(e["metadata"]["name"]) for e in events
              if e.get("reason") in scenario.evidence and e.get("type") == "Warning"
-             and str((e.get("involvedObject") or {}).get("name", "")).startswith((prefix, f"{DGD_NAME}-0-"))}
-    creates = sorted(str(e["stageTimestamp"]) for e in audit
-                     if (e.get("objectRef") or {}).get("resource") == "events" and e.get("verb") in {"create", "patch"}
-                     and (e.get("objectRef") or {}).get("name") in names and e.get("stage") == "ResponseComplete")
-    return creates[0] if creates else None
+             and str((e.get("involvedObject") or {}).get("name", "")).startswith(prefix)}
+    stamps = [str(e["stageTimestamp"]) for e in audit
+              if _done(e, "events") and (e.get("objectRef") or {}).get("name") in names]
+    if "status" in scenario.evidence:
+        stamps += dgd_writes[:1]
+    if "FailedScheduling" in scenario.evidence:
+        stamps += [str(e["stageTimestamp"]) for e in pod_writes if "scheduler" in str(e.get("userAgent"))]
+    return min(stamps, key=_parse) if stamps else None
 
 
 # ------------------------------------------------------------------ the classes
@@ -215,17 +249,97 @@ def _quota(target: Target) -> None:
                         "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}}, target.namespace)
 
 
+def _never_pullable(target: Target) -> None:
+    target.apply_fault(faults.image_pull(f"verdict-pull-{target.namespace}",
+                                         faults.by_dgd(DGD_NAME, namespace=target.namespace)))
+
+
+def _pod_webhook(target: Target) -> None:
+    target.apply_fault(faults.pod_admission_refusal(target.kube, f"verdict-refuse-{target.namespace}", DGD_NAME,
+                                                    target.namespace))
+
+
+def _operator_fault(fault: str) -> Callable[[Target], None]:
+    def setup(target: Target) -> None:
+        faults.set_operator_fault(target.kube, target.namespace, DGD_NAME, fault)
+    return setup
+
+
+def _serving_fault(fault: str) -> Callable[[Target], None]:
+    def setup(target: Target) -> None:
+        faults.set_serving_fault(target.kube, target.namespace, DGD_NAME, fault)
+    return setup
+
+
+def _slow_start(target: Target) -> None:
+    # Running, not Ready, for 20 s: a large model loading within the startup probe's budget.
+    target.apply_fault(faults.slow_start(f"verdict-slow-{target.namespace}",
+                                         faults.by_dgd(DGD_NAME, namespace=target.namespace), 1.0, 20.0))
+
+
+def _unbound_claim(dgd: dict[str, Any]) -> None:
+    worker_spec(dgd)["volumes"] = [{"name": "cache", "persistentVolumeClaim": {"claimName": "verdict-unbound"}}]
+    worker_main(dgd)["volumeMounts"] = [{"name": "cache", "mountPath": "/opt/models"}]
+
+
+def _unbound(target: Target) -> None:
+    """A claim whose storage class has a provisioner that never acts (Immediate binding)."""
+    storage_class = f"verdict-none-{target.namespace}"
+    target.apply_fault(faults.Fault(storage_class, ({  # cluster-scoped: removed with the target's faults
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": storage_class},
+        "provisioner": "example.com/none", "volumeBindingMode": "Immediate"},)))
+    target.kube.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "verdict-unbound"},
+                        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
+                                 "resources": {"requests": {"storage": "100Gi"}}}}, target.namespace)
+
+
+def _with(mutate: Callable[[dict[str, Any]], None]) -> Callable[[], dict[str, Any]]:
+    def make() -> dict[str, Any]:
+        dgd = base_dgd()
+        mutate(dgd)
+        return dgd
+    return make
+
+
+def _multinode() -> dict[str, Any]:
+    dgd = base_dgd(gpus=1)
+    dgd["spec"]["components"][1]["multinode"] = {"nodeCount": 2}
+    return dgd
+
+
 FAILED_ATTEMPT = {"status": "failed", "step": "step6_readiness", "failed_attempt": True}
 DEPENDENCY = Expected("failed", "step6_readiness", "dependency", False)
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("untolerated-taint", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
-             _unmodelled(_taint), evidence=("FailedScheduling",)),
+             _unmodelled(_taint), evidence=("FailedScheduling",),
+             covered_by="test_taint_mismatch_past_an_unknown_capacity_fails_step6_at_once"),
     Scenario("selector-mismatch", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
              _unmodelled(_selector), evidence=("FailedScheduling",)),
     Scenario("oversized-request", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
              _unmodelled(_oversized), evidence=("FailedScheduling",)),
     Scenario("crash-loop", Expected(category="crash", **FAILED_ATTEMPT),  # type: ignore[arg-type]
-             setup=_crash_loop, evidence=("BackOff",)),
+             setup=_crash_loop, evidence=("pod-status",),
+             covered_by="test_a_crash_loop_keeps_the_containers_last_lines_redacted_then_is_torn_down"),
     Scenario("quota-refusal", DEPENDENCY, setup=_quota, evidence=("FailedCreate",)),
+    Scenario("unbound-pvc", DEPENDENCY, _with(_unbound_claim), setup=_unbound, evidence=("FailedScheduling",),
+             covered_by="test_unbound_pvc_stops_step6_with_a_dependency_diagnosis"),
+    Scenario("image-never-pullable", Expected(category="crash", **FAILED_ATTEMPT),  # type: ignore[arg-type]
+             setup=_never_pullable, evidence=("pod-status",),
+             covered_by="test_an_image_tag_that_does_not_exist_is_a_failed_attempt_and_the_dgd_is_deleted_unless_kept"),
+    Scenario("webhook-refusal", DEPENDENCY, setup=_pod_webhook, evidence=("FailedCreate",)),
+    # The apiserver refuses the operator's Deployment: the newest operator holds it at the DCD (an
+    # event), older ones write the DGD failed with the apiserver's text.
+    Scenario("invalid-template-at-dcd", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
+             setup=_operator_fault("invalid-template"), evidence=("FailedCreate", "status")),
+    Scenario("no-multinode-orchestrator", Expected("blocked", "step2_validate", "platform", False), _multinode),
+    # Recovering classes: no false verdict.
+    Scenario("transient-failed-recovers", Expected("ready", "step7_smoke", "ready", False),
+             setup=_operator_fault("transient-failed:3"), evidence=("ready-status",)),
+    Scenario("slow-loading-worker", Expected("ready", "step7_smoke", "ready", False), setup=_slow_start,
+             evidence=("ready-status",), covered_by="test_a_slow_start_that_keeps_progressing_ends_ready"),
+    Scenario("pre-1.0-success", Expected("ready", "step7_smoke", "ready", False), profiles=("0.9",),
+             evidence=("ready-status",)),
+    Scenario("listed-model-not-ready", Expected("failed", "step7_smoke", "chat", False),
+             setup=_serving_fault("model-not-ready")),
 )}

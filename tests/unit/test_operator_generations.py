@@ -254,3 +254,25 @@ def test_refusals_that_are_not_this_dgds_or_are_history_are_not_judged(fake, eve
                                                                         pods: int) -> None:
     done, _ = below(fake[1], event, pods=pods)
     assert not done
+
+
+# ------------------------------------------------------------------ multinode layout
+@pytest.mark.parametrize(("labels", "role"), [
+    ({"role": "leader"}, "leader"), ({"role": "worker"}, "worker"),
+    ({"leaderworkerset.sigs.k8s.io/worker-index": "0"}, "leader"),
+    ({"leaderworkerset.sigs.k8s.io/worker-index": "2"}, "worker"),
+    ({"grove.io/podclique": "demo-0-vllmdecodeworker-ldr"}, "leader"),
+    ({"grove.io/podclique": "demo-0-vllmdecodeworker-wkr"}, "worker"),
+    ({"nvidia.com/dynamo-component": "Frontend"}, None),
+])
+def test_a_multinode_pods_role_is_read_from_its_orchestrators_labels(labels: dict[str, str], role: str | None):
+    assert rollout.multinode_role({"metadata": {"name": "p", "labels": labels}}) == role
+
+
+def test_an_invalid_template_the_api_server_refuses_is_a_failed_attempt_at_first_sight(fake) -> None:
+    # Operators without DCDs write the API server's refusal of their Deployment into the DGD.
+    message = ('Deployment.apps "demo-vllmdecodeworker" is invalid: spec.template.spec.containers[0].resources.'
+               'requests: Invalid value: "2": must be less than or equal to nvidia.com/gpu limit of 1')
+    with pytest.raises(StepFailure) as caught:
+        judge(ready_condition(fake[1]), dgd("failed", ready=False, message=message))
+    assert caught.value.category == "failed-deploy" and caught.value.failed_attempt
