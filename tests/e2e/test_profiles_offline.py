@@ -100,8 +100,9 @@ def test_agg_then_disagg_under_the_same_name_ends_ready_though_the_update_is_ref
     # Step 2 judges the candidate as the create step 5 will make once step 3 has deleted the old DGD.
     led1 = ready(target.run(exp, iteration=1, handoff=handoff))
     assert set(led1["readiness"]["components"]) == {"Frontend", "VllmDecodeWorker", "VllmPrefillWorker"}
-    dry_runs = led1["preflight"]["dry_run"]
-    assert any(d.get("mode") == "create-as" for d in dry_runs), dry_runs
+    judged = led1["preflight"]["dgd_dry_run"]
+    assert judged["mode"] == "create-as" and judged["name"] != SAMPLE_DGD, judged
+    assert "immutable" in str(judged.get("update_verdict")), judged
 
 
 @pytest.mark.parametrize("profile", ["latest"], indirect=True)
