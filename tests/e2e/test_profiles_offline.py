@@ -2,7 +2,7 @@
 the sample experiment's iterations 0 and 1 end ``ready`` on each profile; an aggregated iteration 0
 followed by a disaggregated iteration 1 under the same DGD name ends ``ready`` where the operator's
 webhook forbids that change as an update (and a test sends that update to show the refusal); and a
-platform fault (the operator's webhook unreachable) blocks step 2 without a failed attempt.
+platform fault (the operator stopped, its webhooks unreachable) blocks step 2 without a failed attempt.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import yaml
 from deploy_suite import yamlio
 from deploy_suite.errors import KubeError
 from deploy_suite.kube import DGD
+from deploy_suite.offline import procs
+from deploy_suite.offline.cluster import CONTROLLERS
 from deploy_suite.offline.operator_sim.profiles import PROFILES
 from fixtures.experiments.make_experiment import stage_candidate
 from tests import support
@@ -106,8 +108,9 @@ def test_agg_then_disagg_under_the_same_name_ends_ready_though_the_update_is_ref
 
 
 @pytest.mark.parametrize("profile", ["latest"], indirect=True)
-def test_an_unreachable_operator_webhook_blocks_step_2_as_a_platform_fault(target: Target) -> None:
-    target.cluster.stop_webhook()  # the operator's webhook server stops answering; its configuration stays
+def test_a_stopped_operator_blocks_step_2_as_a_platform_fault(target: Target) -> None:
+    # The operator replica stops: its webhooks no longer answer, their configurations stay.
+    procs.terminate([target.cluster.status().pids[CONTROLLERS]])
     try:
         run = target.run(target.experiment())
         led = run.ledger()
@@ -118,4 +121,4 @@ def test_an_unreachable_operator_webhook_blocks_step_2_as_a_platform_fault(targe
         assert led["failed_attempts"] == []
         assert not [c for c in led["commands"] if c["kind"] == "mutate"]
     finally:
-        target.cluster.start_webhook()
+        target.cluster.up()  # starts the operator replica again and waits for its webhooks
