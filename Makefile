@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help venv binaries test test-unit lint demo bench figures clean
+.PHONY: help venv binaries chromium test test-all test-unit lint demo bench figures clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -19,7 +19,14 @@ venv: $(VENV)/.installed  ## create the virtual environment with every Python de
 binaries: venv  ## build (first time, many minutes) or reuse the offline cluster's binaries
 	$(VENV)/bin/deploy-suite binaries
 
-test: venv binaries lint  ## lint, then the project's tests (unit, integration and end-to-end on the offline cluster)
+chromium:  ## install headless Chromium (Debian's chromium package) for the browser tests, unless present
+	scripts/install-chromium
+
+test: venv binaries chromium lint  ## lint, then the project's tests (unit, browser, integration, end-to-end; a representative slice of each matrix)
+	@$(VENV)/bin/pytest tests -m "not matrix" $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+test-all: venv binaries chromium lint  ## as `make test`, plus the rest of every matrix (each operator profile x each failure class)
 	@$(VENV)/bin/pytest tests $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
@@ -38,9 +45,10 @@ bench: venv binaries  ## benchmarks; figures go to docs/performance.md
 	$(PY) bench/bench_cluster_up.py
 	$(PY) bench/bench_capacity.py
 	$(PY) bench/bench_e2e.py --pairs 5
+	$(PY) bench/bench_experiment_page.py
 
 figures: venv binaries  ## the reliability and security figures of docs/reliability.md and docs/security.md
 	$(PY) bench/reliability_security_figures.py
 
 clean:  ## remove the virtual environment and generated reports (not the binary cache)
-	rm -rf $(VENV) reports/*.html reports/*.xml
+	rm -rf $(VENV) reports/*.html reports/*.xml reports/*/

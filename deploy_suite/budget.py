@@ -75,10 +75,13 @@ def _limit(budgets: Mapping[str, Any], name: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def assess(exp_root: Path, budgets: Mapping[str, Any] | None, candidate_gpus: int) -> BudgetState:
-    """The budget state of the experiment now, and a blocker for each spent budget."""
+def assess(exp_root: Path, budgets: Mapping[str, Any] | None, candidate_gpus: int,
+           now: _dt.datetime | None = None) -> BudgetState:
+    """The budget state of the experiment at ``now`` (default: the clock's now), and a blocker for
+    each spent budget. The experiment page passes its last ledger write, so an archived experiment
+    reads the same tomorrow."""
     budgets = budgets or {}
-    now = clock.now()
+    now = now or clock.now()
     failed, gpu_hours, failed_notes, gpu_notes = 0, 0.0, [], []
     for led in experiment.ledgers(exp_root):
         count = experiment.failed_deploys(led)
@@ -97,9 +100,8 @@ def assess(exp_root: Path, budgets: Mapping[str, Any] | None, candidate_gpus: in
         Usage(gpu_hours, _limit(budgets, "gpu_hours"), gpu_notes),
         Usage(elapsed, _limit(budgets, "wall_clock_hours"),
               [f"manifest.yaml {key}"] if started is not None else []),
-        started.astimezone(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-        if started is not None else None,
-        clock.iso_now())
+        clock.iso(started) if started is not None else None,
+        clock.iso(now))
     state.blockers.extend(_blockers(state, candidate_gpus, key))
     return state
 

@@ -2,7 +2,9 @@
 
 ``deploy-suite cluster up | down | status`` manages the offline fake-GPU cluster (the same code
 the session fixture uses); ``deploy-suite binaries`` builds or reuses the control-plane binaries;
-``deploy-suite report LEDGER`` re-renders an HTML report from a ledger. Errors are one line on
+``deploy-suite report LEDGER`` re-renders an HTML report from a ledger, ``deploy-suite report EXP_ROOT``
+writes the experiment's page (every iteration on one page); ``deploy-suite triage EVENTS`` triages
+events as step 6 does (docs/triage.md). Errors are one line on
 stderr and a non-zero exit.
 """
 
@@ -48,12 +50,24 @@ def build_parser() -> argparse.ArgumentParser:
                               "a TLS conversion webhook")
     cluster.add_argument("--json", action="store_true", help="print the cluster's description as JSON")
     sub.add_parser("binaries", help="build (or reuse) the offline cluster's binaries and print their directory")
-    report = sub.add_parser("report", help="render an HTML report from a deployment_ledger.json")
+    report = sub.add_parser("report", help="render an HTML report from a deployment_ledger.json, or the "
+                                                 "experiment page from an experiment root directory",
+                            description="deploy-suite report LEDGER [-o OUT]: the page of one deployment_ledger.json "
+                                        "(default reports/<deploy_id>.html); deploy-suite report EXP_ROOT [-o OUT]: "
+                                        "the experiment page (default <EXP_ROOT>/artifacts/experiment.html)")
     report.add_argument("args", nargs=argparse.REMAINDER)
+    triage = sub.add_parser("triage", help="triage events (kubectl get events -o json) as step 6 does",
+                            add_help=False)
+    triage.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["triage"]:  # its own parser: options may come first (argparse's REMAINDER stops at them)
+        from deploy_suite import triage_cli  # noqa: PLC0415
+
+        return triage_cli.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "binaries":
@@ -62,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
             print(ensure_binaries(_log).directory)
             return 0
         if args.command == "report":
+            # A directory is an experiment root (one page for every iteration); a file is one ledger.
+            if any(not a.startswith("-") and Path(a).is_dir() for a in args.args[:1]):
+                from deploy_suite import report_experiment  # noqa: PLC0415
+
+                return int(report_experiment.main(args.args))
             from deploy_suite import report  # noqa: PLC0415
 
             return int(report.main(args.args))

@@ -92,7 +92,12 @@ def wait_event(event: threading.Event, seconds: float) -> bool:
 
 def iso_now() -> str:
     """UTC timestamp as written into ledgers: second precision, trailing Z."""
-    return now().replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return iso(now())
+
+
+def iso(at: _dt.datetime) -> str:
+    """``at`` as written into ledgers: UTC, second precision, trailing Z."""
+    return at.astimezone(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def parse_iso(value: object) -> _dt.datetime | None:

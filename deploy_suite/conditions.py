@@ -10,13 +10,13 @@ schedule, a crash loop), so such a wait stops at once instead of running into it
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploy_suite import clock, triage
+from deploy_suite import clock, operator_status, triage, triage_objects
 from deploy_suite.constants import GPU_RESOURCE, LABEL_DGD_NAME, LABEL_JOB_NAME
-from deploy_suite.errors import StepFailure
+from deploy_suite.errors import StepBlocked, StepFailure
 from deploy_suite.kube import Kube
 from deploy_suite.resources import DGD, Obj
 from deploy_suite.scheduling import pod_gpus
@@ -25,6 +25,10 @@ from deploy_suite.watch import Judge, Seen, Watch
 # kube-scheduler's VolumeBinding filter: `persistentvolumeclaim "model-cache" not found`.
 Verdict = triage.Verdict  # the dataclass below has a field named triage
 _CLAIM_NOT_FOUND = re.compile(r'persistentvolumeclaim "([^"]+)" not found')
+# The objects between a DGD and its pods on every operator path (docs/operator-generations.md): an
+# error that stops pods from being created is told in their events (``FailedCreate``), not a pod's.
+BELOW_DGD = frozenset({"DynamoComponentDeployment", "Deployment", "ReplicaSet", "StatefulSet", "LeaderWorkerSet",
+                       "PodCliqueSet", "PodClique", "PodCliqueScalingGroup", "PodGroup", "Workload"})
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,14 @@ class PendingTriage:
         return verdict
 
 
+def blocked_by_platform(verdict: triage.Verdict) -> None:
+    """A platform fault (webhook, device plugin, GPU runtime) blocks the step: it is not the
+    candidate's failure, so it is never a failed run charged to its budget (README.md, step 6)."""
+    if verdict.category == triage.PLATFORM:
+        raise StepBlocked("platform", f"{verdict.diagnosis}; evidence: {' | '.join(verdict.evidence)}",
+                          "fix the cluster's platform component named here, then rerun")
+
+
 # ---------------------------------------------------------------------------- deletions
 def dgd_gone(namespace: str, name: str) -> Named:
     def judge(seen: Seen) -> tuple[bool, str]:
@@ -183,6 +195,7 @@ class JobComplete:
         for pod in seen["pods"].values():
             verdict = self.triage.verdict(pod)
             if verdict is not None and not verdict.can_wait:
+                blocked_by_platform(verdict)
                 raise StepFailure(f"{self.kind} job {self.job} cannot run: {verdict.diagnosis}", verdict.category,
                                   verdict.evidence)
         st = obj.get("status") or {}
@@ -214,8 +227,13 @@ def milestones(pod: Obj) -> set[str]:
 
 @dataclass
 class DgdReady:
-    """The DGD Ready with state ``successful`` and observedGeneration current, and ``expected_pods``
-    of its pods Running and ready.
+    """The DGD Ready with state ``successful`` for its current spec, and ``expected_pods`` of its
+    pods Running and ready.
+
+    The status counts only when it describes the current spec (:func:`operator_status.generation`:
+    observedGeneration where the operator writes it, otherwise a rule safe against a stale Ready).
+    A ``failed`` state is a verdict when its text is a known-permanent reconcile error, or when it
+    persists for ``failed_grace_s``; one that clears is recorded in ``reconcile_errors``.
 
     On the way it notes when the first GPU pod was bound (``allocated_at``, reported through
     ``on_allocated``), records contention and image pulls being retried (waiting can help), notes
@@ -229,16 +247,22 @@ class DgdReady:
     name: str
     expected_pods: int
     on_allocated: Callable[[str], None] | None = None
+    field_manager: str | None = None
+    failed_grace_s: float = 30.0
+    components: tuple[str, ...] = ()  # the DGD's component names: the names its children take
     allocated_at: str | None = None
     contention: list[dict[str, Any]] = field(default_factory=list)
     dgd_state: str | None = None
     ready_condition: str | None = None
     ready_reason: str | None = None
+    generation_rule: str | None = None
+    reconcile_errors: list[dict[str, Any]] = field(default_factory=list)
     reached: set[str] = field(default_factory=set)
     last_progress: str = "nothing yet"
     last_progress_at: str | None = None
     progress_mono: float = field(default_factory=clock.monotonic)
     _waits: dict[str, str] = field(default_factory=dict)
+    _failed_since: float | None = None
 
     @property
     def awaited(self) -> str:
@@ -247,7 +271,8 @@ class DgdReady:
     @property
     def watches(self) -> Mapping[str, Watch]:
         return {"dgd": Watch(DGD, self.triage.namespace, self.name),
-                "pods": Watch("Pod", self.triage.namespace, label_selector=f"{LABEL_DGD_NAME}={self.name}")}
+                "pods": Watch("Pod", self.triage.namespace, label_selector=f"{LABEL_DGD_NAME}={self.name}"),
+                "events": Watch("Event", self.triage.namespace, field_selector="type=Warning")}
 
     def progressed(self, what: str) -> None:
         self.last_progress, self.last_progress_at, self.progress_mono = what, clock.iso_now(), clock.monotonic()
@@ -261,23 +286,94 @@ class DgdReady:
             self.reached.update(new)
             self.progressed(new[-1] if len(new) == 1 else f"{new[-1]} (and {len(new) - 1} more)")
         obj = seen["dgd"].get(f"{self.triage.namespace}/{self.name}")
+        if len(pods) < self.expected_pods:  # once every pod exists, a refusal to create one is history
+            self._judge_below(obj, seen.get("events", {}).values())
         st = (obj or {}).get("status") or {}
-        cond: Obj = next((c for c in st.get("conditions") or [] if c.get("type") == "Ready"), {})
+        cond = operator_status.ready_condition(st)
         self.dgd_state, self.ready_condition = st.get("state"), cond.get("status")
         self.ready_reason = cond.get("reason")
-        if st.get("state") == "failed":
-            raise StepFailure(f"DGD reconciliation error: {cond.get('message') or cond.get('reason')}",
-                              "reconcile-error", [f"dgd/{self.name} status: {st.get('state')} "
-                                                  f"{cond.get('reason')}: {cond.get('message')}"])
+        self._judge_failed(st)
         ready = sum(pod_ready(p) for p in pods)
-        gen_ok = obj is not None and st.get("observedGeneration") == obj["metadata"].get("generation")
-        done = (obj is not None and st.get("state") == "successful" and cond.get("status") == "True" and gen_ok
+        gen = operator_status.generation(obj, self.field_manager) if obj is not None else None
+        self.generation_rule = gen.rule if gen is not None else None
+        done = (gen is not None and gen.current and st.get("state") == "successful" and cond.get("status") == "True"
                 and ready >= self.expected_pods)
         desc = (f"dgd/{self.name} state={st.get('state')} Ready={cond.get('status')} "
                 f"({cond.get('reason') or '-'}), pods ready {ready}/{self.expected_pods}")
+        if gen is not None and not gen.current:
+            desc += (" (the status describes an older generation: observedGeneration behind" if gen.rule ==
+                     "observedGeneration" else " (no observedGeneration and Ready has not turned True since this "
+                     "experiment's apply") + ")"
+        if self._failed_since is not None:
+            desc += f"; reconcile error for {clock.monotonic() - self._failed_since:.0f}s, not yet a verdict"
         if self.contention:
             desc += f"; contention: {self.contention[-1]['diagnosis'][:120]}"
         return done, desc
+
+    def _judge_failed(self, st: Obj) -> None:
+        """``failed`` is a verdict when its text is known-permanent or it outlasts the grace period."""
+        if st.get("state") != "failed":
+            if self._failed_since is not None:
+                self.reconcile_errors[-1].update(outcome="recovered", cleared_at=clock.iso_now(),
+                                                 seconds=round(clock.monotonic() - self._failed_since, 3))
+                self._failed_since = None
+            return
+        text = operator_status.error_text(st)
+        if self._failed_since is None:
+            self._failed_since = clock.monotonic()
+            self.reconcile_errors.append({"first_seen_at": clock.iso_now(), "message": text, "outcome": "pending"})
+        permanent = operator_status.permanent_error(text)
+        lasted = clock.monotonic() - self._failed_since
+        if permanent is None and lasted < self.failed_grace_s:
+            return
+        entry = self.reconcile_errors[-1]
+        entry.update(message=text, outcome="permanent" if permanent else "persisted", seconds=round(lasted, 3))
+        why = (f"a known-permanent reconcile error ({permanent})" if permanent else
+               f"the reconcile error persisted for {lasted:.0f}s (grace {self.failed_grace_s:.0f}s)")
+        if permanent == "platform":
+            raise StepBlocked("platform", f"the operator cannot run dgd/{self.name} on this cluster: {text} ({why})",
+                              "install what the operator names (for multinode: Grove, or LWS with Volcano) or "
+                              "choose a candidate this cluster can run")
+        reason = operator_status.ready_condition(st).get("reason")
+        raise StepFailure(f"DGD reconciliation error: {text} ({why})", permanent or "reconcile-error",
+                          [f"dgd/{self.name} status: failed {reason}: {text}"],
+                          failed_attempt=permanent == triage.FAILED_DEPLOY)
+
+    def _is_child(self, kind: str, name: str) -> bool:
+        """Is ``kind``/``name`` one of this DGD's children, by the names the operator gives them:
+        Grove's PodCliqueSet the DGD's own, its PodCliques ``<dgd>-<index>-<component>[-...]``,
+        anything else ``<dgd>-<component>[-...]`` (DCD, Deployment, ReplicaSet, LeaderWorkerSet);
+        components lowercased as the operator does."""
+        if name == self.name:
+            return True
+        comps = "|".join(re.escape(c.lower()) for c in self.components) or r"[^.]+"
+        index = r"-\d+" if kind in {"PodClique", "PodCliqueScalingGroup"} else ""
+        return re.match(rf"{re.escape(self.name)}{index}-(?:{comps})(?:-|$)", name) is not None
+
+    def _judge_below(self, obj: Obj | None, events: Iterable[Obj]) -> None:
+        """Errors that stop pods from being created (a ResourceQuota, an admission webhook, an
+        invalid pod template), read from the Warning events of the DGD's children since the DGD was
+        created (older ones belong to an earlier DGD of the same name)."""
+        created = clock.parse_iso(((obj or {}).get("metadata") or {}).get("creationTimestamp"))
+        told: dict[tuple[str, str], list[Obj]] = {}
+        for raw in events:
+            event = triage_objects.normalized(raw)
+            involved = event["involvedObject"]
+            kind, name = str(involved.get("kind") or ""), str(involved.get("name") or "")
+            when = clock.parse_iso(triage.event_time(event))
+            recent = created is None or when is None or when >= created
+            if kind in BELOW_DGD and self._is_child(kind, name) and recent:
+                told.setdefault((kind, name), []).append(event)
+        for (kind, name), said in told.items():
+            verdict = triage_objects.triage_object(kind, name, None, said, self.triage.recheck_s)
+            if verdict is None:
+                continue
+            if verdict.can_wait:
+                self._note_wait(f"{kind}/{name}", verdict, True)
+                continue
+            blocked_by_platform(verdict)
+            raise StepFailure(verdict.diagnosis, verdict.category, verdict.evidence,
+                              failed_attempt=verdict.category in {triage.FAILED_DEPLOY, triage.CRASH})
 
     def _judge_pod(self, pod: Obj) -> None:
         if self.allocated_at is None and pod["spec"].get("nodeName") and gpus_of(pod) > 0:
@@ -291,6 +387,7 @@ class DgdReady:
             if verdict.can_wait:
                 self._note_wait(pod["metadata"]["name"], verdict, once)
                 continue
+            blocked_by_platform(verdict)
             raise StepFailure(verdict.diagnosis, verdict.category, verdict.evidence,
                               failed_attempt=verdict.category in {triage.FAILED_DEPLOY, triage.CRASH})
 

@@ -30,3 +30,7 @@ LABEL_SELECTOR = "nvidia.com/selector"
 
 # The label the job controller puts on a Job's pods.
 LABEL_JOB_NAME = "job-name"
+
+# How long the wait loop retries a platform fault (an unreachable webhook of the operator) before it
+# blocks the run (docs/operator-generations.md, "Platform faults").
+PLATFORM_GRACE_S = 30.0

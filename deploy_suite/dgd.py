@@ -189,6 +189,13 @@ class Dgd:
     def total_gpus(self) -> int:
         return sum(c.total_gpus for c in self.components)
 
+    @property
+    def frontend_service(self) -> str | None:
+        """The Service the operator creates for the frontend: ``<dgd>-<lowercased component name>``
+        (docs/operator-generations.md); None without a frontend component."""
+        front = next((c for c in self.components if c.type == "frontend"), None)
+        return f"{self.name}-{front.name.lower()}" if front is not None else None
+
     def pod_count(self) -> int:
         """Pods the operator will create (component x replica x node), without expanding them."""
         return sum(c.replicas * c.node_count for c in self.components)

@@ -12,6 +12,7 @@ that callers and the ledger deal with a handful of meaningful types::
     +-- KubeError                   an API answer we did not expect (HTTP status)
     |   +-- NotFound, Forbidden, Conflict, Invalid
     |   +-- Unavailable             no answer, 5xx, dropped connection (temporary)
+    |       +-- PlatformFault       a webhook or the operator behind the API failed (temporary, bounded)
     +-- WaitTimeout                 a bounded wait ran out
     +-- LedgerError                 the ledger could not be written
     |   +-- SecretLeak
@@ -117,6 +118,13 @@ class Unavailable(KubeError):
     """No answer, 5xx or a dropped connection: retrying or resuming a watch can help."""
 
     temporary = True
+
+
+class PlatformFault(Unavailable):
+    """The API server could not reach what the platform installs behind it: an admission or
+    conversion webhook of the operator (docs/operator-generations.md, "Platform faults"). Temporary,
+    since the operator may come back, but only for a bounded grace (``PLATFORM_GRACE_S``): then it
+    blocks the run as the platform's fault, never the candidate's."""
 
 
 class LedgerError(SuiteError):

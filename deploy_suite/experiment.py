@@ -93,16 +93,23 @@ def _summary(path: Path, data: dict[str, Any]) -> LedgerSummary:
                          len(data.get("failed_attempts") or []), data.get("allocated_at"), failed_runs, spans)
 
 
-def ledgers(exp_root: Path) -> list[LedgerSummary]:
+def ledger_documents(exp_root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every readable ledger of the experiment with its path, in iteration order (an unreadable one
+    is left out: it is not this module's to judge)."""
     out = []
-    for path in sorted((exp_root / "artifacts").glob("deploy-iter-*/deployment_ledger.json")):
+    for path in sorted((exp_root / "artifacts").glob("deploy-iter-*/deployment_ledger.json"),
+                       key=lambda p: (len(p.parent.name), p.parent.name)):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         if isinstance(data, dict):
-            out.append(_summary(path, data))
+            out.append((path, data))
     return out
+
+
+def ledgers(exp_root: Path) -> list[LedgerSummary]:
+    return [_summary(path, data) for path, data in ledger_documents(exp_root)]
 
 
 def other_live_gpus(exp_root: Path, current_root: Path, retiring_root: Path | None) -> tuple[int, list[str]]:

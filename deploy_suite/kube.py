@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -43,15 +44,16 @@ from deploy_suite.errors import (
     Invalid,
     KubeError,
     NotFound,
+    PlatformFault,
     Unavailable,
     cut,
 )
 from deploy_suite.portforward import PortForward as PortForward
 from deploy_suite.resources import DGD as DGD
 from deploy_suite.resources import KNOWN as KNOWN
+from deploy_suite.resources import VERSIONED_KINDS, pick_version, resolve
 from deploy_suite.resources import Obj as Obj
 from deploy_suite.resources import Resource as Resource
-from deploy_suite.resources import resolve
 from deploy_suite.watch import Condition, Judge, WaitState, Watch
 
 # The default server-side-apply field manager (tools, the offline cluster); a run applies with its
@@ -83,8 +85,15 @@ def _outcome(exc: BaseException) -> str:
 _BY_STATUS: dict[int, type[KubeError]] = {404: NotFound, 403: Forbidden, 409: Conflict, 422: Invalid, 400: Invalid}
 
 
+# The API server's words when a webhook behind it cannot be called (docs/operator-generations.md).
+_PLATFORM = re.compile(r"conversion webhook for .{1,200}? failed|failed calling webhook|failed to call webhook", re.I)
+
+
 def status_error(status: int, what: str, message: str, reason: str = "", body: str = "") -> KubeError:
-    """The error of an HTTP status (an answer, or a watch's ERROR event): 5xx and 0 are temporary."""
+    """The error of an HTTP status (an answer, or a watch's ERROR event): 5xx and 0 are temporary;
+    an unreachable webhook of the platform is a :class:`PlatformFault`."""
+    if _PLATFORM.search(message):
+        return PlatformFault(f"{what}: {message}", status=status, reason=reason, body=body)
     cls = _BY_STATUS.get(status, Unavailable if status == 0 or status >= 500 else KubeError)
     return cls(f"{what}: {message}", status=status, reason=reason, body=body)
 
@@ -223,7 +232,11 @@ class Kube:
         self.kubeconfig = str(kubeconfig) if kubeconfig else None
         self.on_command = on_command
         self.request_timeout = request_timeout
-        self._discovered: dict[tuple[str, str], Resource] = {}
+        # Discovery answers, asked once per Kube (a run): group -> (versions by priority, preferred);
+        # group/version -> its resources; the operator's kinds in the version the server serves.
+        self._groups: dict[str, tuple[list[str], str]] | None = None
+        self._group_resources: dict[str, list[Obj]] = {}
+        self._versions: dict[str, Resource] = {}
         config_file = self.kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
         self._config_file = config_file
         self.transport: Transport = transport if transport is not None else ClientTransport.from_kubeconfig(
@@ -270,23 +283,74 @@ class Kube:
             return known
         if known is not None and kind == "DynamoGraphDeployment":
             return Resource("nvidia.com", api_version.rsplit("/", maxsplit=1)[-1], known.plural, True, kind)
-        key = (api_version, kind)
-        if key in self._discovered:
-            return self._discovered[key]
         group, _, version = api_version.rpartition("/")
-        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
-        args = ["api-resources", f"--api-group={group}"]
-        doc = self._call("read", args, f"discover {api_version}", lambda: self._request("GET", path))
-        for item in doc.get("resources", []):
+        for item in self.group_resources(api_version):
             if item.get("kind") == kind and "/" not in item.get("name", ""):
-                res = Resource(group, version, item["name"], bool(item.get("namespaced")), kind)
-                self._discovered[key] = res
-                return res
+                return Resource(group, version, item["name"], bool(item.get("namespaced")), kind)
         raise NotFound(f"the server does not serve kind {kind} in {api_version}", status=404)
+
+    def group_resources(self, api_version: str) -> list[Obj]:
+        """The resources the server serves in one group/version (one request, cached); none when
+        the group/version is not served."""
+        if api_version not in self._group_resources:
+            group, _, version = api_version.rpartition("/")
+            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            try:
+                doc = self._call("read", ["api-resources", f"--api-group={group}"], f"discover {api_version}",
+                                 lambda: self._request("GET", path))
+            except NotFound:
+                doc = {}
+            self._group_resources[api_version] = list(doc.get("resources") or [])
+        return self._group_resources[api_version]
+
+    def api_groups(self) -> dict[str, tuple[list[str], str]]:
+        """Every API group the server serves: its versions by priority and the preferred one
+        (``GET /apis``, asked once per Kube, so once per run)."""
+        if self._groups is None:
+            doc = self._call("read", ["api-versions"], "discover API groups", lambda: self._request("GET", "/apis"))
+            self._groups = {
+                str(g.get("name")): ([str(v.get("version")) for v in g.get("versions") or []],
+                                     str((g.get("preferredVersion") or {}).get("version") or ""))
+                for g in doc.get("groups") or []}
+        return self._groups
+
+    def served_versions(self, group: str, kind: str) -> list[str]:
+        """The versions of ``group`` that serve ``kind``, by priority (empty: the group is not served)."""
+        versions, _ = self.api_groups().get(group, ([], ""))
+        return [v for v in versions if any(r.get("kind") == kind and "/" not in str(r.get("name", ""))
+                                           for r in self.group_resources(f"{group}/{v}"))]
+
+    def server_version(self) -> Obj:
+        """The apiserver's ``/version`` (``gitVersion``, ...)."""
+        doc: Obj = self._call("read", ["version", "-o", "json"], "server version",
+                              lambda: self._request("GET", "/version"))
+        return doc
+
+    def resolve_versions(self, wanted: str | None) -> dict[str, str | None]:
+        """Read, list and watch the operator's kinds (DGD, DCD) in the version the server serves from
+        now on: ``wanted`` (the manifest's apiVersion) when served, else the preferred one
+        (:func:`deploy_suite.resources.pick_version`). Until called, the table's version is used
+        without any discovery request (the fast path). Returns kind -> version (None: not served)."""
+        picked: dict[str, str | None] = {}
+        for kind in VERSIONED_KINDS:
+            known = KNOWN[kind]
+            served = self.served_versions(known.group, kind)
+            preferred = self.api_groups().get(known.group, ([], ""))[1]
+            version = pick_version(served, (wanted or "").rpartition("/")[2] or None, preferred or None)
+            picked[kind] = version
+            if version is not None:
+                self._versions[kind] = Resource(known.group, version, known.plural, known.namespaced, kind)
+        return picked
+
+    def _res(self, kind: str | Resource) -> Resource:
+        """``kind`` as :func:`resolve` gives it; the table's entry of an operator kind in the version
+        resolved for it (a caller naming another version explicitly keeps it)."""
+        res = resolve(kind)
+        return self._versions.get(res.kind, res) if res.kind in VERSIONED_KINDS and res is KNOWN[res.kind] else res
 
     # ------------------------------------------------------------------ reads
     def get(self, kind: str | Resource, name: str, namespace: str | None = None, metadata_only: bool = False) -> Obj:
-        res = resolve(kind)
+        res = self._res(kind)
         args = ["get", res.kubectl_name, name, *(["-n", namespace] if res.namespaced and namespace else []),
                 "-o", "json" if not metadata_only else "jsonpath={.metadata}"]
         accept = METADATA_ONLY if metadata_only else "application/json"
@@ -320,7 +384,7 @@ class Kube:
         ``slim`` may shrink each item as pages arrive (the capacity engine keeps a few fields of
         20,000 pods rather than whole objects).
         """
-        res = resolve(kind)
+        res = self._res(kind)
         args = ["get", res.kubectl_name]
         args += (["-n", namespace] if namespace else ["-A"]) if res.namespaced else []
         if label_selector:
@@ -410,7 +474,7 @@ class Kube:
         return [self.apply(d, namespace, dry_run=dry_run, source=source) for d in docs]
 
     def patch_status(self, kind: str | Resource, name: str, namespace: str | None, status: Obj) -> Obj:
-        res = resolve(kind)
+        res = self._res(kind)
         args = ["patch", res.kubectl_name, name, *(["-n", namespace] if namespace else []),
                 "--subresource=status", "--type=merge", "-p", json.dumps({"status": status})]
         out: Obj = self._call("mutate", args, f"patch {res.plural}/{name}/status", lambda: self._request(
@@ -431,7 +495,7 @@ class Kube:
     def delete(self, kind: str | Resource, name: str, namespace: str | None = None,
                propagation: str = "Background", missing_ok: bool = True) -> bool:
         """Delete one object by exact name; True if a deletion was issued."""
-        res = resolve(kind)
+        res = self._res(kind)
         args = ["delete", res.kubectl_name, name, *(["-n", namespace] if namespace else []), "--wait=false",
                 f"--cascade={'background' if propagation == 'Background' else 'foreground'}"]
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
@@ -447,7 +511,7 @@ class Kube:
     # ------------------------------------------------------------------ waits (deploy_suite.watch)
     def list_collection(self, spec: Watch) -> tuple[list[Obj], str]:
         """One unpaged list for a wait (not recorded: the wait records its ``kubectl get --watch``)."""
-        res = spec.resource
+        res = self._res(spec.resource)
         try:
             page = self._request("GET", res.path(spec.namespace), query={
                 "labelSelector": spec.label_selector, "fieldSelector": spec.fields})
@@ -457,7 +521,7 @@ class Kube:
 
     def watch_collection(self, spec: Watch, version: str, seconds: float) -> Generator[Obj, None, None]:
         """Watch events from ``version``; errors (an ERROR event too) arrive translated."""
-        res = spec.resource
+        res = self._res(spec.resource)
         what = f"watch {res.plural}"
         query = {"watch": "true", "resourceVersion": version, "allowWatchBookmarks": "true",
                  "timeoutSeconds": max(1, int(seconds)), "labelSelector": spec.label_selector,

@@ -55,7 +55,7 @@ _OUTCOME_MARK = {"passed": "\u2713", "failed": "\u2717", "blocked": "\u2717", "s
 _DOT = " \u00b7 "
 
 
-_CSS = """
+CSS = """
 .dsr{color:#1f2328;font:13px/1.45 -apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,sans-serif;
  max-width:1320px}
 .dsr h2{font-size:17px;color:#1f2328;margin:22px 0 6px;padding-bottom:4px;border-bottom:1px solid #d0d7de}
@@ -106,6 +106,11 @@ _CSS = """
 .dsr .dsr-svg{overflow-x:auto;margin:6px 0}
 .dsr .dsr-svg svg{max-width:100%;height:auto}
 @media (max-width:1000px){.dsr .dsr-grid{grid-template-columns:1fr}}
+@media print{@page{size:A4;margin:12mm}body{margin:0}.dsr{font-size:10px;max-width:none}
+ .dsr .dsr-grid,.dsr .dsr-cards{display:block}.dsr .dsr-card{break-inside:avoid;margin:4px 0}
+ .dsr tr,.dsr svg{break-inside:avoid}.dsr .dsr-svg{overflow:visible}.dsr a{color:inherit;text-decoration:none}
+ .dsr pre{white-space:pre-wrap}.dsr code,.dsr pre{font-size:9px}.dsr th,.dsr td{padding:2px 4px}
+ .dsr .dsr-pill,.dsr .dsr-badge{font-size:8px;padding:0 5px}}
 """
 
 
@@ -147,11 +152,34 @@ def _endpoint(ledger: Mapping[str, Any]) -> str:
     return esc(text) + (muted(f" (worker instance {worker})") if worker not in (None, "") else "")
 
 
-def _step_line(step: Mapping[str, Any]) -> str:
+def stopped_by(ledger: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The step that stopped the run (the first failed or blocked one) and its reason."""
+    for step in ledger.get("steps") or []:
+        if isinstance(step, Mapping) and step.get("outcome") in ("failed", "blocked"):
+            return str(step.get("name")), str(step.get("reason") or step.get("outcome"))
+    return None
+
+
+STOPPED_HERE = "stopped the run (the reason is at the top)"
+
+
+def step_reason(step: Mapping[str, Any], stopper: str | None = None) -> str:
+    """A step's reason as a summary line or card says it: once. A skipped step only names the step
+    that stopped the run (``blocked by step2_validate``); the stopping step points to the top,
+    where its reason is shown once (the blockers box, or the "stopped by" line)."""
+    reason = str(step.get("reason") or "")
+    if step.get("outcome") == "skipped" and reason.startswith("blocked by "):
+        return reason.split(":", 1)[0]
+    if stopper is not None and step.get("name") == stopper and reason:
+        return STOPPED_HERE
+    return reason
+
+
+def _step_line(step: Mapping[str, Any], stopper: str | None) -> str:
     outcome = str(step.get("outcome"))
     colour = _OUTCOME_COLOUR.get(outcome, "#6e7781")
     mark = _OUTCOME_MARK.get(outcome, "?")
-    reason = step.get("reason")
+    reason = step_reason(step, stopper)
     return (f'<tr><td style="color:{colour};font-weight:700;width:1%">{esc(mark)}</td>'
             f"<td style=\"width:1%;white-space:nowrap\">{esc(step.get('name'))}</td>"
             f"<td style=\"width:1%\">{badge(outcome, colour)}</td>"
@@ -207,7 +235,12 @@ def summary_html(ledger: Mapping[str, Any], ledger_path: str | None = None, link
     ]
     if attempts and isinstance(ledger.get("teardown"), Mapping):
         right.append(f'<div class="dsr-box dsr-warn">{_torn_down(ledger).removeprefix("<br>")}</div>')
-    steps = "".join(_step_line(s) for s in ledger.get("steps") or [] if isinstance(s, Mapping))
+    stopped = stopped_by(ledger)
+    stopper = stopped[0] if stopped else None
+    if stopped and not any(b.get("step") == stopper for b in blockers):
+        right.insert(0, f'<div class="dsr-box dsr-blockers"><b class="dsr-label">stopped by {esc(stopper)}</b>'
+                        f"{esc(stopped[1])}</div>")
+    steps = "".join(_step_line(s, stopper) for s in ledger.get("steps") or [] if isinstance(s, Mapping))
     right.append(f'<table class="dsr-steps"><tbody>{steps}</tbody></table>')
     return (
         '<div class="deploy-suite-summary">'
@@ -300,6 +333,7 @@ def _has_records(value: Any) -> bool:
 
 
 def _steps_section(ledger: Mapping[str, Any], links: Links) -> str:
+    stopped = stopped_by(ledger)
     cards = []
     for s in ledger.get("steps") or []:
         if not isinstance(s, Mapping):
@@ -308,8 +342,9 @@ def _steps_section(ledger: Mapping[str, Any], links: Links) -> str:
         colour = _OUTCOME_COLOUR.get(outcome, "#6e7781")
         evidence = s.get("evidence") or {}
         body = value_html(evidence, links) if evidence else muted("no evidence recorded")
-        if s.get("reason"):
-            body = f'<div class="dsr-reason"><i>reason:</i> {esc(s.get("reason"))}</div>{body}'
+        reason = step_reason(s, stopped[0] if stopped else None)
+        if reason:
+            body = f'<div class="dsr-reason"><i>reason:</i> {esc(reason)}</div>{body}'
         # Big evidence (nested tables) gets the full width instead of a horizontal scrollbar.
         wide = " dsr-wide" if _has_records(evidence) or len(json.dumps(evidence, default=str)) > 600 else ""
         cards.append(
@@ -350,13 +385,21 @@ def _readiness_section(ledger: Mapping[str, Any], links: Links) -> str:
     comps = rd.get("components")
     if isinstance(comps, Mapping) and comps:
         rows = []
+        # A multinode component's leader and workers, each on its node (rollout.multinode_role).
+        layout = any(isinstance(c, Mapping) and c.get("layout") for c in comps.values())
         for name, raw in comps.items():
             c: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
             ok = c.get("ready") == c.get("expected")
             ratio = f"{esc(c.get('ready'))}/{esc(c.get('expected'))}"
-            rows.append([f"<b>{esc(name)}</b>", f'<span style="color:{"#1a7f37" if ok else "#cf222e"}">{ratio}</span>',
-                         value_html(c.get("pods"), links), value_html(c.get("nodes"), links)])
-        parts.append(html_table(["component", "ready", "pods", "nodes"], rows, frozenset({1})))
+            row = [f"<b>{esc(name)}</b>", f'<span style="color:{"#1a7f37" if ok else "#cf222e"}">{ratio}</span>',
+                   value_html(c.get("pods"), links), value_html(c.get("nodes"), links)]
+            if layout:
+                lines = [f"{esc(e.get('role'))}: {esc(e.get('pod'))} on {esc(e.get('node'))}"
+                         for e in c.get("layout") or [] if isinstance(e, Mapping)]
+                row.append("<br>".join(lines) or muted("single node"))
+            rows.append(row)
+        parts.append(html_table(["component", "ready", "pods", "nodes", *(["leader/workers"] if layout else [])],
+                                rows, frozenset({1})))
     contention = rd.get("contention")
     parts.append("<h3>Contention</h3>" + (value_html(contention, links) if contention
                                            else muted("none: no pod waited for GPUs held by others")))
@@ -456,7 +499,7 @@ def report_html(ledger: Mapping[str, Any], ledger_path: str | None = None, links
         _cleanup_section(ledger),
         _more_section(ledger, links),
     ]
-    return f'<div class="dsr"><style>{_CSS}</style>{"".join(sections)}</div>'
+    return f'<div class="dsr"><style>{CSS}</style>{"".join(sections)}</div>'
 
 
 def render(ledger: Mapping[str, Any], ledger_path: str | None = None, links: Links = NO_LINKS) -> str:
@@ -487,7 +530,8 @@ def links_for(ledger_path: Path, page_dir: Path) -> Links:
 def main(argv: list[str] | None = None) -> int:
     """``deploy-suite report LEDGER [-o OUT]``: write the HTML page of a ledger."""
     parser = argparse.ArgumentParser(prog="deploy-suite report", description=main.__doc__)
-    parser.add_argument("ledger", type=Path, help="a deployment_ledger.json")
+    parser.add_argument("ledger", type=Path, help="a deployment_ledger.json (given an experiment root directory "
+                                                  "instead, deploy-suite report writes the experiment page)")
     parser.add_argument("-o", "--output", default=None,
                         help="output file, '-' for stdout (default: reports/<deploy_id>.html in the current "
                              "directory; never inside the deployment directory)")

@@ -50,13 +50,17 @@ class Links:
     prefix: str | None = None
 
     def path(self, path: Any) -> str:
+        return self.link(path, f"<code>{esc(path)}</code>")
+
+    def link(self, path: Any, label: str) -> str:
+        """``label`` (already HTML) linking to the EXP_ROOT-relative ``path``, or just ``label``."""
         text = str(path)
         # Only plain EXP_ROOT-relative paths become links; quote() also turns "scheme:" into "scheme%3A".
         if self.prefix is None or not text or text.startswith("/") or ".." in text.split("/") or any(
             c.isspace() for c in text
         ):
-            return f"<code>{esc(text)}</code>"
-        return f'<a href="{esc(self.prefix + quote(text))}"><code>{esc(text)}</code></a>'
+            return label
+        return f'<a href="{esc(self.prefix + quote(text))}">{label}</a>'
 
 
 NO_LINKS = Links()

@@ -7,6 +7,7 @@ shows. Imports nothing of the project but the constants.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -76,6 +77,22 @@ KNOWN: dict[str, Resource] = {
     )
 }
 DGD = KNOWN[DGD_KIND]
+DCD = KNOWN["DynamoComponentDeployment"]
+# The operator's kinds whose version the server decides: newer operators store v1beta1 and may stop
+# serving v1alpha1 (README.md, step 2: "DGD API version"). The table's v1alpha1 is the fast path
+# until `Kube.resolve_versions` has asked the server.
+VERSIONED_KINDS = (DGD_KIND, DCD.kind)
+
+
+def pick_version(served: Sequence[str], wanted: str | None, preferred: str | None) -> str | None:
+    """The version to read and watch a kind in: ``wanted`` (the manifest's) when served, so objects
+    come back in the shape the manifest has; else the group's preferred version when it serves the
+    kind; else the first served (discovery lists versions by priority). None when none is served."""
+    if wanted in served:
+        return wanted
+    if preferred in served:
+        return preferred
+    return served[0] if served else None
 
 
 def resolve(kind: str | Resource) -> Resource:

@@ -17,7 +17,7 @@ from typing import Any
 from deploy_suite import clock, conditions, evidence, experiment, ownership, resume, yamlio
 from deploy_suite.constants import DGD_KIND, LABEL_COMPONENT, LABEL_DGD_NAME, LABEL_JOB_NAME, LABEL_SELECTOR
 from deploy_suite.dgd import Dgd, from_documents, load_dgd
-from deploy_suite.errors import Forbidden, KubeError, StepBlocked, StepFailure, WaitTimeout
+from deploy_suite.errors import Forbidden, KubeError, PlatformFault, StepBlocked, StepFailure, WaitTimeout
 from deploy_suite.kube import DGD, Kube, Obj
 from deploy_suite.ledger import Ledger, redact, write_torn_down_at
 from deploy_suite.runstate import RunState
@@ -335,7 +335,10 @@ def apply(run: RunState, kube: Kube) -> Applied:
     docs = yamlio.load_all(path, str(path))
     dgd = from_documents(docs, str(path))
     before = ownership.require_not_foreign(kube, run.namespace, dgd.name, "step 5 refuses to apply over it")
-    applied = kube.apply_documents(docs, run.namespace, run.rel(path))
+    try:
+        applied = kube.apply_documents(docs, run.namespace, run.rel(path))
+    except PlatformFault as exc:
+        raise platform_blocked(exc, "the apply") from exc
     _record_own_apply(run, kube, dgd, applied)
     return Applied([f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in applied], dgd.total_gpus(),
                    f"kubectl --context {kube.context} delete dynamographdeployment {dgd.name} -n {run.namespace}",
@@ -359,6 +362,14 @@ def _record_own_apply(run: RunState, kube: Kube, dgd: Dgd, applied: Sequence[Obj
     run.save()
 
 
+def platform_blocked(exc: PlatformFault, during: str, result: object | None = None) -> StepBlocked:
+    """An unreachable webhook of the operator blocks the run: the platform's fault, not the
+    candidate's, so no failed attempt is recorded (docs/operator-generations.md, "Platform faults")."""
+    return StepBlocked("platform", f"{during} met a platform fault: {exc}",
+                       "the Dynamo operator's webhook is unreachable: check the operator's pod and its webhook "
+                       "Service, then rerun this iteration", result)
+
+
 # ---------------------------------------------------------------------------- step 6
 POLICY_TEARDOWN, POLICY_KEEP = "teardown-final-failures", "keep-on-failure"
 
@@ -379,6 +390,9 @@ class Readiness:
     evidence: list[str] = field(default_factory=list)
     seconds: float = 0.0
     last_progress: dict[str, Any] | None = None  # what advanced last, when
+    generation_rule: str | None = None  # how the status was known to describe the current spec
+    reconcile_errors: list[dict[str, Any]] = field(default_factory=list)  # `failed` states seen, and their outcome
+    verdict_at: str | None = None  # when the wait gave its verdict, to the microsecond (time to verdict)
     # Not part of the ledger section:
     config_engagement: list[dict[str, Any]] = field(default_factory=list)
     failed: bool = False
@@ -403,8 +417,8 @@ class Readiness:
         if self.failed:
             ledger.set_section("readiness", {"state": self.state, "diagnosis": self.diagnosis,
                                              "evidence": self.evidence, "last_progress": self.last_progress,
-                                             "contention": self.contention,
-                                             "failure_evidence": self.failure_evidence})
+                                             "contention": self.contention, "reconcile_errors": self.reconcile_errors,
+                                             "verdict_at": self.verdict_at, "failure_evidence": self.failure_evidence})
             if self.failed_attempt:
                 ledger.add_failed_attempt("step6_readiness", self.state, self.evidence, self.diagnosis)
             if self.teardown is not None:
@@ -420,7 +434,8 @@ class Readiness:
 
 def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend_expected: bool,
                on_progress: Progress = _quiet, on_allocated: Callable[[str], None] | None = None,
-               contention_recheck_s: float = 30.0, no_progress_s: float | None = None) -> Readiness:
+               contention_recheck_s: float = 30.0, no_progress_s: float | None = None,
+               failed_grace_s: float = 30.0) -> Readiness:
     """DGD Ready with state successful and observedGeneration current; every component x replica
     Running and ready; pending pods and containers triaged as soon as they say why
     (:class:`conditions.DgdReady`); the frontend Service present when one is expected.
@@ -436,7 +451,8 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
     except Forbidden:
         nodes = None
     ready = conditions.DgdReady(conditions.PendingTriage(kube, namespace, nodes, contention_recheck_s), dgd.name,
-                                sum(expected.values()), on_allocated)
+                                sum(expected.values()), on_allocated, kube.field_manager, failed_grace_s,
+                                tuple(c.name for c in dgd.components))
     ready.progressed("readiness wait started")
     while True:
         now = clock.monotonic()
@@ -456,34 +472,59 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
                                   f"{no_progress_s:.0f}s); last progress: {_progress_line(ready, started)}; last seen: "
                                   f"{exc.last_state}", "no-progress", [exc.last_state],
                                   result=_progress(ready, started)) from exc
-        except StepFailure as exc:
+        except (StepFailure, StepBlocked) as exc:
             exc.result = _progress(ready, started)
             raise
+        except PlatformFault as exc:
+            raise platform_blocked(exc, "the readiness wait", _progress(ready, started)) from exc
         except KubeError as exc:  # a refusal (403, 404, ...) stops the wait at once: not the attempt's fault
             raise StepFailure(f"the readiness wait stopped: {exc}", "api-error") from exc
     out = Readiness("ready", ready.dgd_state, ready.ready_condition, ready.ready_reason,
                     allocated_at=ready.allocated_at, contention=ready.contention,
-                    last_progress=_progress(ready, started))
+                    last_progress=_progress(ready, started), generation_rule=ready.generation_rule,
+                    reconcile_errors=ready.reconcile_errors)
     pods = list(state.collections["pods"].values())
     for comp in dgd.components:
         mine = [p for p in pods if _belongs(p, dgd.name, comp.name)]
         out.components[comp.name] = {"expected": expected[comp.name], "ready": sum(map(conditions.pod_ready, mine)),
                                      "pods": sorted(p["metadata"]["name"] for p in mine),
                                      "nodes": sorted({p["spec"].get("nodeName", "") for p in mine})}
-    if frontend_expected and kube.get_or_none("Service", f"{dgd.name}-frontend", namespace) is None:
-        raise StepFailure(f"frontend Service {dgd.name}-frontend is missing", "missing-frontend-service")
+        roles = {p["metadata"]["name"]: role for p in mine if (role := multinode_role(p)) is not None}
+        if roles:  # a multinode component: which pod leads, on which node
+            out.components[comp.name]["layout"] = [
+                {"pod": name, "role": roles[name], "node": next(p["spec"].get("nodeName", "") for p in mine
+                                                                if p["metadata"]["name"] == name)}
+                for name in sorted(roles, key=lambda n: (roles[n] != "leader", n))]
+    service = dgd.frontend_service
+    if frontend_expected and service and kube.get_or_none("Service", service, namespace) is None:
+        raise StepFailure(f"frontend Service {service} is missing", "missing-frontend-service")
     out.seconds = round(clock.monotonic() - started, 3)
+    out.verdict_at = clock.now().isoformat().replace("+00:00", "Z")
     return out
 
 
 def _progress(ready: conditions.DgdReady, started: float) -> dict[str, Any]:
     return {"what": ready.last_progress, "at": ready.last_progress_at,
             "after_s": round(ready.progress_mono - started, 3), "milestones": len(ready.reached),
-            "contention": ready.contention[-3:]}
+            "contention": ready.contention[-3:], "reconcile_errors": ready.reconcile_errors}
 
 
 def _progress_line(ready: conditions.DgdReady, started: float) -> str:
     return f"{ready.last_progress} at {ready.last_progress_at} ({ready.progress_mono - started:.0f}s after the start)"
+
+
+def multinode_role(pod: Obj) -> str | None:
+    """``leader`` or ``worker`` of a multinode pod, by the labels each orchestrator puts on it
+    (docs/operator-generations.md): the operator's ``role`` (LWS path), LWS's worker index (0 leads),
+    Grove's clique name (``<component>-ldr``/``-wkr``); None for a single-node pod."""
+    labels = pod["metadata"].get("labels") or {}
+    if labels.get("role") in {"leader", "worker"}:
+        return str(labels["role"])
+    index = labels.get("leaderworkerset.sigs.k8s.io/worker-index")
+    if index is not None:
+        return "leader" if str(index) == "0" else "worker"
+    clique = str(labels.get("grove.io/podclique") or "")
+    return "leader" if clique.endswith("-ldr") else "worker" if clique.endswith("-wkr") else None
 
 
 def _belongs(pod: Obj, dgd_name: str, component: str) -> bool:
@@ -529,12 +570,18 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
     try:
         out = wait_ready(kube, run.namespace, dgd, t.readiness_s,
                          frontend_expected=any(c.type == "frontend" for c in dgd.components),
-                         on_progress=run.progress, on_allocated=allocated, no_progress_s=t.readiness_no_progress_s)
-    except StepFailure as exc:
+                         on_progress=run.progress, on_allocated=allocated, no_progress_s=t.readiness_no_progress_s,
+                         failed_grace_s=t.reconcile_error_grace_s)
+    except (StepFailure, StepBlocked) as exc:
+        verdict_at = clock.now().isoformat().replace("+00:00", "Z")
         progress = exc.result if isinstance(exc.result, dict) else None
-        failed = Readiness(exc.category, diagnosis=str(exc), evidence=exc.evidence, failed=True,
-                           failed_attempt=exc.failed_attempt, last_progress=progress,
-                           contention=list((progress or {}).get("contention") or []))
+        # A platform fault (StepBlocked) is not the candidate's attempt: kept, never a failed attempt.
+        failed = Readiness(exc.category if isinstance(exc, StepFailure) else exc.cls, diagnosis=str(exc),
+                           evidence=exc.evidence if isinstance(exc, StepFailure) else [exc.message], failed=True,
+                           failed_attempt=isinstance(exc, StepFailure) and exc.failed_attempt,
+                           last_progress=progress, contention=list((progress or {}).get("contention") or []),
+                           reconcile_errors=list((progress or {}).get("reconcile_errors") or []),
+                           verdict_at=verdict_at)
         found, text = evidence.collect(kube, run.namespace, dgd.name)
         found.log_file = run.rel(evidence.write(run.deploy_root / "logs", dgd.name, text))
         failed.failure_evidence = found.as_dict()

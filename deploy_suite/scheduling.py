@@ -10,6 +10,7 @@ constraint the model cannot evaluate lands in the caller's ``problems`` list ins
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -423,3 +424,29 @@ def check_dra(
         res = c.get("resources")
         if isinstance(res, dict) and res.get("claims"):
             problems.append(f"{path}: container {c.get('name')!r} uses DRA resources.claims (GPU count unknown)")
+
+
+_SUFFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+           "E": 1e18, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
+
+
+def quantity(raw: object) -> float | None:
+    """A Kubernetes resource quantity (``500m``, ``64Gi``, ``1e3``) as a number; None when unreadable."""
+    m = _QUANTITY.match(str(raw).strip())
+    return float(m.group(1)) * _SUFFIX[m.group(2)] if m else None
+
+
+def pod_request(pod_spec: Mapping[str, Any], resource: str) -> float:
+    """The pod's effective request of ``resource`` (a container's request, else its limit, as the
+    API server defaults it): the regular containers and sidecars together, or the largest one-shot
+    init container when that is more. Unreadable values count 0."""
+    def one(c: Any) -> float:
+        res = (c.get("resources") or {}) if isinstance(c, dict) else {}
+        raw = (res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource))
+        return (quantity(raw) or 0.0) if raw is not None else 0.0
+
+    inits = [c for c in pod_spec.get("initContainers") or [] if isinstance(c, dict)]
+    running = sum(map(one, pod_spec.get("containers") or [])) + sum(
+        one(c) for c in inits if c.get("restartPolicy") == "Always")
+    return max([running, *(one(c) for c in inits if c.get("restartPolicy") != "Always")])

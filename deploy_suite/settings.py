@@ -43,11 +43,17 @@ class Timeouts:
     # without progress, and at readiness_s whatever happens (large models pull and load for long).
     readiness_s: float = 10800.0  # hard cap: DGD Ready, every pod ready, the frontend Service present
     readiness_no_progress_s: float = 900.0  # no pod created, scheduled, pulled, started or ready for this long
+    # The operator writes any reconcile error as state `failed` until its next reconcile
+    # (docs/operator-generations.md): an unknown error is a verdict once it persists this long.
+    reconcile_error_grace_s: float = 30.0
     smoke_reach_attempts: int = 30  # gate 1: 30 x 2 s for the port-forward to answer
     smoke_reach_interval_s: float = 2.0
     smoke_models_attempts: int = 30  # gate 2: 30 x 10 s for the served model to be listed
     smoke_models_interval_s: float = 10.0
     smoke_request_timeout_s: float = 120.0  # one chat completion (gate 3)
+    # Gate 3 asks again while the frontend says the listed model is not routable yet (503 "Model not
+    # ready", a 500 or 404 right after registration: docs/operator-generations.md), this long at most.
+    smoke_chat_not_ready_s: float = 30.0
 
     def as_dict(self) -> dict[str, float | int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

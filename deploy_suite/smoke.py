@@ -36,8 +36,20 @@ from deploy_suite.validate import Preflight
 
 DEFAULT_PROMPT = DEFAULT_SMOKE_PROMPT
 DIRECT_HEADER = "x-dynamo-worker-instance-id"
-_INSTANCE_ID = re.compile(
-    r"(?:instance[_ -]?id|worker[_ -]?id)[\"']?\s*[=:]\s*[\"']?(0x[0-9a-fA-F]+|[0-9]+|[0-9a-fA-F]{8,16})\b")
+# Where a log line prints a worker instance id, and in which base (docs/operator-generations.md):
+# the base is the line's format, never guessed from the digits (a hex id can be all digits).
+_ID_KEY = r"(?:instance[_ -]?id|worker[_ -]?id|lease[_ -]?id)[\"']?\s*[=:]\s*[\"']?"
+_INSTANCE_ID_FORMATS: tuple[tuple[re.Pattern[str], int], ...] = (
+    # etcd/discovery keys and dyn:// endpoint paths end in the lease id in hex: ".../generate:1b70511b8908ec".
+    (re.compile(r"(?:dyn://|instances/)[\w./-]*:([0-9a-fA-F]{6,16})\b"), 16),
+    # An explicit 0x prefix.
+    (re.compile(_ID_KEY + r"0x([0-9a-fA-F]+)\b", re.I), 16),
+    # key=value fields print the u64 in decimal, unless the value carries hex letters.
+    (re.compile(_ID_KEY + r"([0-9]+)\b(?![a-fA-F])", re.I), 10),
+    (re.compile(_ID_KEY + r"((?=[0-9]*[a-fA-F])[0-9a-fA-F]{6,16})\b", re.I), 16),
+    # "Workers ready: [7587887029837065570]", "... for worker 7587887029837065570": decimal.
+    (re.compile(r"(?:Workers ready: \[|for worker )([0-9]+)\b"), 10),
+)
 _BODIES = ("models_body.json", "api_body.json")
 ARTIFACT = "smoke_test_artifact.json"
 
@@ -52,6 +64,7 @@ class SmokeSettings:
     list_interval: float = 10.0
     chat_timeout: float = 120.0
     backoff_cap: float = 0.25
+    chat_not_ready: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +107,7 @@ class SmokeResult:
     diagnosis: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     port_forward_restarts: int = 0
+    chat_attempts: int = 0  # chat requests gate 3 sent (more than one: the model was not routable yet)
     endpoint: Endpoint | None = None
     served_model: str | None = None
     artifact_path: str = ""  # EXP_ROOT-relative, set by run()
@@ -110,7 +124,7 @@ class SmokeResult:
             "success": self.success, "models_http_code": self.models_http_code,
             "api_http_code": self.api_http_code, "gate": self.gate, "diagnosis": self.diagnosis,
             "timings": self.timings, "port_forward_restarts": self.port_forward_restarts,
-            "artifact": self.artifact_path, "bodies": list(self.body_paths)})
+            "chat_attempts": self.chat_attempts, "artifact": self.artifact_path, "bodies": list(self.body_paths)})
         return {"success": self.success, "gate": self.gate or "all passed", **self.timings}
 
 
@@ -152,7 +166,8 @@ def plan(run: RunState, kube: Kube) -> SmokePlan:
         namespace=run.namespace, dgd_name=model.name, served_model=served, direct_routing=direct,
         endpoint=endpoint, deploy_root=run.deploy_root, prompt=run.settings.smoke_prompt,
         settings=SmokeSettings(t.smoke_reach_attempts, t.smoke_reach_interval_s, t.smoke_models_attempts,
-                               t.smoke_models_interval_s, t.smoke_request_timeout_s),
+                               t.smoke_models_interval_s, t.smoke_request_timeout_s,
+                               chat_not_ready=t.smoke_chat_not_ready_s),
         kubectl=shutil.which("kubectl") or "kubectl")
 
 
@@ -206,14 +221,15 @@ def _containers(node: Any) -> Iterator[dict[str, Any]]:
 def parse_instance_id(log_text: str) -> int | None:
     """The worker instance id from registration logs, as the decimal the header needs.
 
-    gaie sidecars print it in hex (``0x85f0...`` or bare hex digits), the mocker in decimal; an
-    all-digit value is read as decimal. The last registration in the log wins.
+    Each line's format says the base (:data:`_INSTANCE_ID_FORMATS`): the same process prints one id
+    in hex in a discovery key and in decimal in a key=value field. The last id in the log wins.
     """
-    found = None
-    for m in _INSTANCE_ID.finditer(log_text):
-        raw = m.group(1)
-        found = int(raw, 16) if raw.lower().startswith("0x") or not raw.isdigit() else int(raw)
-    return found
+    found: tuple[int, int] | None = None  # (offset in the log, id)
+    for pattern, base in _INSTANCE_ID_FORMATS:
+        for m in pattern.finditer(log_text):
+            if found is None or m.start() >= found[0]:
+                found = (m.start(), int(m.group(1), base))
+    return found[1] if found else None
 
 
 def chat_request(served_model: str, prompt: str) -> dict[str, Any]:
@@ -324,20 +340,12 @@ def run_smoke(kube: Kube, endpoint: Endpoint, namespace: str, served_model: str,
                 return _finish(result, deploy_root, "model-listed", f"served model {served_model!r} never listed "
                                f"within {s.list_attempts} x {s.list_interval:.0f}s (last code "
                                f"{result.models_http_code})")
-            # Gate 3: one chat completion.
+            # Gate 3: one chat completion (asked again only while the model is not routable yet).
             headers = {"Content-Type": "application/json"}
             if endpoint.worker_instance_id is not None:
                 headers[DIRECT_HEADER] = str(endpoint.worker_instance_id)
-            resp = http.post(fwd.url(s.reach_interval * s.reach_attempts) + "/v1/chat/completions",
-                             json=result.api_request, headers=headers)
+            body = _gate_chat(http, fwd, s, result, headers, smoke_dir, progress)
             result.timings["chat_s"] = round(clock.monotonic() - started, 3)
-            result.api_http_code = resp.status_code
-            (smoke_dir / "api_body.json").write_bytes(resp.content)
-            try:
-                body = resp.json()
-            except ValueError:
-                body = {"raw": resp.text[:2000]}
-            result.api_response = body
             return _judge(result, body, deploy_root, endpoint)
     except (httpx.HTTPError, WaitTimeout) as exc:
         return _finish(result, deploy_root, "transport", f"{type(exc).__name__}: {exc}")
@@ -397,6 +405,41 @@ def _gate_listed(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: Sm
     return False
 
 
+# What a frontend answers while a listed model is not routable yet (docs/operator-generations.md):
+# 503 "Model not ready", or a 500/404 for seconds right after registration.
+_NOT_READY_CODES = frozenset({500, 503, 404})
+
+
+def _not_ready_yet(code: int, body: Any) -> bool:
+    text = json.dumps(body).lower()
+    return code in _NOT_READY_CODES and ("not ready" in text or "not found" in text or code in {500, 503})
+
+
+def _gate_chat(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: SmokeResult, headers: dict[str, str],
+               smoke_dir: Path, progress: Callable[[str], None]) -> Any:
+    """The chat request; repeated with backoff for at most ``s.chat_not_ready`` seconds while the
+    answer says the model is not routable yet (each answer counted in ``result.chat_attempts``)."""
+    deadline = clock.monotonic() + s.chat_not_ready
+    delay = 0.25
+    while True:
+        resp = http.post(fwd.url(s.reach_interval * s.reach_attempts) + "/v1/chat/completions",
+                         json=result.api_request, headers=headers)
+        result.api_http_code = resp.status_code
+        result.chat_attempts += 1
+        (smoke_dir / "api_body.json").write_bytes(resp.content)
+        try:
+            body = resp.json()
+        except ValueError:
+            body = {"raw": resp.text[:2000]}
+        result.api_response = body
+        if not _not_ready_yet(resp.status_code, body) or clock.monotonic() >= deadline:
+            return body
+        progress(f"smoke: chat answered {resp.status_code} ({json.dumps(body)[:120]}); the listed model may not "
+                 "be routable yet, asking again")
+        _pause(delay, deadline)
+        delay = min(delay * 2, 4.0)
+
+
 def _judge(result: SmokeResult, body: Any, deploy_root: Path, endpoint: Endpoint) -> SmokeResult:
     code = result.api_http_code or 0
     if not 200 <= code < 300:
@@ -408,6 +451,10 @@ def _judge(result: SmokeResult, body: Any, deploy_root: Path, endpoint: Endpoint
         if code == 400 and "direct routing" in text.lower():
             return _finish(result, deploy_root, "chat", f"chat endpoint answered 400 naming direct routing: the "
                            f"{DIRECT_HEADER} header is missing or wrong")
+        if _not_ready_yet(code, body):
+            return _finish(result, deploy_root, "chat", f"the served model is listed but chat still answered HTTP "
+                           f"{code} after {result.chat_attempts} requests: a worker registered but cannot serve "
+                           f"({text})")
         return _finish(result, deploy_root, "chat", f"chat endpoint answered HTTP {code}: {text}")
     # The procedure's check is jq's `(.error | not)`: only null, false or no key pass. An empty
     # string, 0 or {} is truthy in jq, so `error: ""` fails the gate (Python's `not` would pass it).

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy_suite import budget, clock, experiment, knobs, ownership, placement, resume, sku
+from deploy_suite import budget, clock, dryrun, experiment, knobs, ownership, placement, platform, resume, sku
 from deploy_suite import capacity as capacity_mod
 from deploy_suite.constants import (
     DGD_GROUP,
@@ -36,7 +36,7 @@ from deploy_suite.constants import (
     LABEL_DGD_NAME,
 )
 from deploy_suite.dgd import Dgd, from_documents
-from deploy_suite.errors import Forbidden, KubeError, NotFound, StepBlocked
+from deploy_suite.errors import Forbidden, NotFound, StepBlocked
 from deploy_suite.files import sha256_file
 from deploy_suite.kube import DGD, Kube, Obj
 from deploy_suite.ledger import Ledger, atomic_write_text
@@ -108,6 +108,8 @@ class ValidationInputs:
     display_root: Path  # paths in findings are shown relative to this (EXP_ROOT)
     retiring: tuple[str, str] | None = None  # (namespace, dgd) that step 3 will delete first
     own: tuple[str, str] | None = None  # (namespace, dgd) of this iteration's own live DGD (a rerun)
+    own_uid: str | None = None  # the uid this iteration's step 5 recorded (a rerun)
+    retiring_uid: str | None = None  # the uid the retiring DGD's ledger recorded
     other_live_gpus: int = 0  # GPUs held by this experiment's other live DGDs
 
 
@@ -134,6 +136,7 @@ class Validator:
         self.ev = self.report.evidence
         self.storage_classes: list[Obj] | None = None
         self.nodes: list[Obj] | None = None
+        self.crd: Obj | None = None
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> ValidationReport:
@@ -145,12 +148,13 @@ class Validator:
         rep.dgd_name = dgd.name
         rep.gpus_requested = dgd.total_gpus()
         rep.served_model = next((c.served_model for c in dgd.components if c.is_worker and c.served_model), None)
-        has_frontend = any(c.type == "frontend" for c in dgd.components)
-        rep.frontend_service = f"{dgd.name}-frontend" if has_frontend else None
+        rep.frontend_service = dgd.frontend_service
         if not self.check_namespace():
             return rep  # every later check reads inside the namespace
         self.check_crd()
         self.advisory_reads()
+        dgd_doc = next((d for d in docs["deploy"] if d.get("kind") == DGD_KIND), {})
+        self._merge(platform.check_platform(self.kube, dgd, dgd_doc, self.crd, self.nodes), "platform")
         for kind, path in inp.support_paths.items():
             docs[kind] = _load_docs(path, _rel(path, inp.display_root))
         self.compatibility_patches(dgd, docs)
@@ -195,7 +199,7 @@ class Validator:
 
     def check_crd(self) -> None:
         try:
-            self.kube.get("CustomResourceDefinition", DGD_CRD)
+            self.crd = self.kube.get("CustomResourceDefinition", DGD_CRD)
             self.ev["crd"] = "present"
         except Forbidden:
             self.report.warnings.append("cluster-scope CRD read forbidden for this identity; deferring to the "
@@ -303,20 +307,19 @@ class Validator:
         _dump_docs(self.inp.deploy_path, docs["deploy"])
 
     def dry_run(self, docs: dict[str, list[Obj]]) -> None:
-        results = []
+        """Every document; the DGD as the create step 5 will make (``deploy_suite.dryrun``)."""
         paths = {"deploy": self.inp.deploy_path, **self.inp.support_paths}
-        for kind, kind_docs in docs.items():
-            display = _rel(paths[kind], self.inp.display_root)
-            for doc in kind_docs:
-                label = f"{doc.get('kind')}/{(doc.get('metadata') or {}).get('name')}"
-                try:
-                    self.kube.apply(doc, self.inp.namespace, dry_run=True, source=display)
-                    results.append({"file": display, "object": label, "result": "accepted"})
-                except KubeError as exc:
-                    results.append({"file": display, "object": label, "result": f"rejected: {exc}"})
-                    self.report.block("dry-run", f"server dry-run rejected {label} from {display}: {exc}",
-                                      "fix the manifest so that the API server accepts it")
-        self.ev["dry_run"] = results
+        inp = self.inp
+        self._merge(dryrun.dry_run_all(self.kube, docs, {k: _rel(paths[k], inp.display_root) for k in docs},
+                                       inp.namespace, inp.retiring, inp.own_uid, inp.retiring_uid), None)
+
+    def _merge(self, found: platform.Verdicts, key: str | None) -> None:
+        """A group of checks' verdicts into the report; its evidence under ``key`` (None: at the top)."""
+        for cls, message, fix in found.blockers:
+            self.report.block(cls, message, fix)
+        self.report.warnings.extend(found.warnings)
+        self.report.limitations.extend(found.limitations)
+        self.ev.update({key: found.evidence} if key else found.evidence)
 
     def check_secrets(self, docs: dict[str, list[Obj]]) -> None:
         names = sorted(referenced_secrets([d for ds in docs.values() for d in ds]))
@@ -573,7 +576,8 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
         baseline_dgd_path=baseline, workload=workload, display_root=run.exp_root,
         # Only a DGD on this same cluster frees GPUs here when step 3 deletes it.
         retiring=(prev.namespace, prev.dgd_name) if prev and prev.kube_context == kube.context else None,
-        own=own_live_dgd(run, kube), other_live_gpus=live))
+        own=own_live_dgd(run, kube), other_live_gpus=live, own_uid=resume.recorded_uid(run.ledger.data),
+        retiring_uid=prev.applied_uid if prev else None))
     # Budgets last: a spent one is the line the step stops with, before step 3 retires anything.
     spent = budget.assess(run.exp_root, run.workload.data.get("budgets"), report.gpus_requested)
     for cls, message, fix in spent.blockers:

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from deploy_suite import clock
-from deploy_suite.errors import KubeError, SuiteError, WaitTimeout
+from deploy_suite.constants import PLATFORM_GRACE_S
+from deploy_suite.errors import KubeError, PlatformFault, SuiteError, WaitTimeout
 from deploy_suite.resources import Obj, Resource, key, resolve
 
 # Retry pause after a temporary error: doubles from the first to the cap, never past the deadline.
@@ -134,6 +135,7 @@ class ListWatch:
         self.chunk = chunk
         self.version: str | None = None
         self.last_error: KubeError | None = None
+        self.platform_since: float | None = None  # when the platform fault being retried began
 
     def remaining(self) -> float:
         return math.inf if self.deadline is None else self.deadline - clock.monotonic()
@@ -165,13 +167,21 @@ class ListWatch:
                         yield Change(str(event.get("type")), [obj])
                         if self.over():
                             return
-                backoff, self.last_error = BACKOFF_FIRST_S, None
+                backoff, self.last_error, self.platform_since = BACKOFF_FIRST_S, None, None
             except KubeError as err:
                 if err.status == GONE:
                     self.version = None  # our version is older than the server keeps: relist
                     continue
                 if not err.temporary:
                     raise
+                # An unreachable webhook of the platform is retried for a bounded grace only: past
+                # it, the wait stops with the fault (docs/operator-generations.md, "Platform faults").
+                if isinstance(err, PlatformFault):
+                    since = self.platform_since = self.platform_since or clock.monotonic()
+                    if clock.monotonic() - since >= PLATFORM_GRACE_S:
+                        raise
+                else:
+                    self.platform_since = None
                 # The apiserver restarting or a dropped connection: resume from self.version.
                 self.last_error = err
                 clock.wait_event(self.stop, max(0.0, min(backoff, self.remaining())))

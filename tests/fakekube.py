@@ -21,7 +21,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,6 +136,12 @@ class FakeApi:
     logs: dict[tuple[str, str], str] = field(default_factory=dict)
     version: int = 100
     served: list[Resource] = field(default_factory=list)  # kinds discovery answers for
+    # Preferred version per group in `GET /apis` (default: the first version served).
+    preferred: dict[str, str] = field(default_factory=dict)
+    git_version: str = "v1.36.1"
+    # Admission, as a webhook would judge a write (dry-run too): (operation CREATE|UPDATE, the body,
+    # the stored object or None) -> an exception to raise (e.g. ``status(...)``), or None to admit.
+    admission: list[Callable[[str, Obj, Obj | None], BaseException | None]] = field(default_factory=list)
     closed: bool = False
     _faults: list[_Fault] = field(default_factory=list)
     _watches: dict[str, deque[list[Any]]] = field(default_factory=dict)
@@ -187,6 +193,8 @@ class FakeApi:
                 timeout: float | None = None) -> bytes:
         self.requests.append(Request(method, path, dict(query), copy.deepcopy(body)))
         self._raise_fault(method, path)
+        if method == "GET" and path in {"/apis", "/version"}:
+            return json.dumps(self._groups() if path == "/apis" else {"gitVersion": self.git_version}).encode()
         where = _Path.parse(path)
         if method == "GET" and not where.plural:  # discovery of one group/version
             served = [{"name": r.plural, "namespaced": r.namespaced, "kind": r.kind}
@@ -227,6 +235,23 @@ class FakeApi:
             self._lock.notify_all()
 
     # ------------------------------------------------------------------ the server
+    def _groups(self) -> Obj:
+        """``GET /apis``: the groups of the served kinds, versions in the order first served."""
+        versions: dict[str, list[str]] = {}
+        for r in self.served:
+            if r.group and r.version not in versions.setdefault(r.group, []):
+                versions[r.group].append(r.version)
+        return {"kind": "APIGroupList", "groups": [
+            {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+             "preferredVersion": {"groupVersion": f"{g}/{self.preferred.get(g, vs[0])}",
+                                  "version": self.preferred.get(g, vs[0])}} for g, vs in versions.items()]}
+
+    def _admit(self, body: Obj, current: Obj | None) -> None:
+        for judge in self.admission:
+            refusal = judge("UPDATE" if current is not None else "CREATE", body, current)
+            if refusal is not None:
+                raise refusal
+
     def _prefix(self, resource: Resource) -> str:
         return f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
 
@@ -257,6 +282,8 @@ class FakeApi:
     def _patch(self, where: _Path, query: dict[str, Any], body: Any) -> Obj:
         bucket = self._bucket(where)
         current = bucket.get((where.namespace or "", where.name or ""))
+        if where.sub is None:
+            self._admit(body, current)
         if query.get("dryRun") == "All":  # answered as if applied, never stored
             return {**copy.deepcopy(current or {}), **copy.deepcopy(body)}
         if where.sub == "status":
@@ -281,6 +308,7 @@ class FakeApi:
         name = body["metadata"]["name"]
         if (where.namespace or "", name) in self._bucket(where):
             raise status(409, "AlreadyExists", f'{where.plural} "{name}" already exists')
+        self._admit(body, None)
         return self._store(where, copy.deepcopy(body))
 
     def _delete(self, where: _Path, _query: dict[str, Any], _body: Any) -> Obj:

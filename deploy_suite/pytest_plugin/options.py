@@ -13,8 +13,9 @@ When the run deploys, this plugin also
   were given, whatever the current directory, rootdir or ``testpaths``;
 * loads no ``conftest.py`` and blocks plugins a deployment never needs (dev-only ones, the
   cache), before they do any work;
-* points pytest-html and JUnit XML at ``reports/deploy-iter-NNN.{html,xml}`` unless ``--html`` /
-  ``--junitxml`` were given.
+* points pytest-html and JUnit XML at ``reports/<EXP_ID>/deploy-iter-NNN.{html,xml}`` unless
+  ``--html`` / ``--junitxml`` were given (one folder per experiment, so two experiments run from one
+  checkout keep both sets of pages).
 
 pytest picks its rootdir before it knows plugin options, from what looks like a path on the command
 line: with ``--exp-root /abs/exp`` (a space) the rootdir can be the experiment itself. So a
@@ -31,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from deploy_suite.errors import InputError
+from deploy_suite.experiment import experiment_id
 from deploy_suite.pytest_plugin.keys import REPORT_PATHS_KEY, SETTINGS_KEY
 from deploy_suite.runstate import step_for_module
 from deploy_suite.settings import (
@@ -84,9 +86,9 @@ _OPTIONS: dict[str, tuple[str, str]] = {
                              "from user_workload.yaml kubernetes.kube_context, never the current-context"),
     "--keep-on-failure": ("", "keep everything a failed run created for debugging; by default an attempt that can "
                               "never succeed is torn down after its evidence is kept (recorded in the ledger)"),
-    "--reports-dir": ("DIR", "where deploy-iter-NNN.html/.xml go unless --html/--junitxml are given (default: "
-                             "reports/ in the rootdir a pytest configuration file sets, such as the checkout's "
-                             "pyproject.toml; else in the current directory)"),
+    "--reports-dir": ("DIR", "where <EXP_ID>/deploy-iter-NNN.html/.xml go unless --html/--junitxml are given "
+                             "(default: reports/ in the rootdir a pytest configuration file sets, such as the "
+                             "checkout's pyproject.toml; else in the current directory)"),
 }
 _TIMEOUT_HELP = {
     "readiness_s": "hard cap of the readiness wait, however the pods progress",
@@ -157,6 +159,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # A rootdir pytest derived from path arguments (no configuration file) may be EXP_ROOT itself.
     base = config.rootpath if config.inipath is not None else config.invocation_params.dir
     reports_dir = (config.invocation_params.dir / reports_dir_opt) if reports_dir_opt else base / "reports"
+    # One folder per experiment: iteration 0 of a second experiment must not replace the first one's page.
+    reports_dir = reports_dir / experiment_id(settings.exp_root)
     _collect_installed_steps(config)
     paths: dict[str, Path] = {}
     if hasattr(config.option, "htmlpath"):

@@ -1,8 +1,12 @@
 """What a person sees: the HTML report's summary, per-step evidence, and the terminal summary.
 
-pytest-html writes ``reports/deploy-iter-NNN.html`` (self-contained; paths set by the ``options``
-plugin); this plugin puts the whole ledger report (summary, step evidence, capacity table and GPU
-picture, readiness, smoke, patches, limitations, commands, cleanup) at its top through the
+pytest-html writes ``reports/<EXP_ID>/deploy-iter-NNN.html`` (self-contained; paths set by the
+``options`` plugin); at the end of the run the ledger's page (``deploy_suite.report.render``) is
+written beside the ledger (``artifacts/deploy-iter-NNN/deploy-iter-NNN.html``) and the experiment page
+(``artifacts/experiment.html``, ``deploy_suite.report_experiment``) is rebuilt, and the last lines
+of the terminal say where each is. This plugin puts the whole ledger report (summary, step
+evidence, capacity table and GPU picture, readiness, smoke, patches, limitations, commands,
+cleanup) at the top of pytest-html's page through the
 ``pytest_html_results_summary`` hook, and adds each step's evidence as readable key/values to that
 step's row (next to the raw JSON extra the ``ledger`` plugin attaches). The HTML is rendered by
 ``deploy_suite.report`` from the ledger dict, so ``deploy-suite report LEDGER`` shows the same thing
@@ -20,7 +24,10 @@ from typing import Any
 import pytest
 from pytest_html import extras
 
+from deploy_suite import ledger as ledger_mod
 from deploy_suite import report as renderer
+from deploy_suite import report_experiment
+from deploy_suite.errors import SuiteError
 from deploy_suite.pytest_plugin.keys import LEDGER_ERROR_KEY, REPORT_PATHS_KEY, RUN_KEY, STEP_KEY
 from deploy_suite.runstate import RunState
 
@@ -44,6 +51,26 @@ class ReportPlugin:
     def __init__(self, run: RunState, config: pytest.Config) -> None:
         self.run = run
         self.config = config
+        self.pages: list[tuple[str, Path | str]] = []  # (label, written page or why not)
+
+    # After the ledger plugin closed the session record (its pytest_sessionfinish), so both pages
+    # show the ledger as it stays; before the terminal summary, which says where they are.
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        path = self.run.ledger_path
+        if path is None:  # nothing of this run is in the experiment tree: leave it as it was
+            return
+        try:
+            page = report_experiment.iteration_page(path)
+            ledger_mod.atomic_write_text(page, renderer.render(self.run.ledger.data, self.run.rel(path),
+                                                               renderer.links_for(path, page.parent)))
+            self.pages.append(("iteration page", page))
+        except OSError as exc:
+            self.pages.append(("iteration page", f"not written ({exc})"))
+        try:
+            self.pages.append(("experiment page", report_experiment.write(self.run.exp_root)))
+        except (OSError, SuiteError) as exc:
+            self.pages.append(("experiment page", f"not written ({exc})"))
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         # Our summary (pytest_terminal_summary below) already says how each step ended and why;
@@ -82,6 +109,12 @@ class ReportPlugin:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
         name = item.stash.get(STEP_KEY, None)
+        if name is not None and report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+            # The ledger (inner wrapper) kept the full reason; the HTML row and JUnit only name the
+            # step that stopped the run, whose reason the summary at the top shows once.
+            where, line, message = report.longrepr
+            short = renderer.step_reason({"outcome": "skipped", "reason": str(message).removeprefix("Skipped: ")})
+            report.longrepr = (where, line, f"Skipped: {short}")
         # The same phases at which the ledger plugin ends a step and attaches its JSON evidence.
         if name is None or not (report.skipped or report.failed or report.when == "call"):
             return
@@ -103,9 +136,7 @@ class ReportPlugin:
             took = f"{step['duration_s']:.2f}s" if step["duration_s"] is not None else ""
             # The reason itself is the blocker line below: skipped rows only name the step that
             # stopped the run ("blocked by <step>"), so the error is said once, not once per step.
-            reason = str(step["reason"] or "")
-            if reason.startswith("blocked by "):
-                reason = reason.split(":", 1)[0]
+            reason = renderer.step_reason(step)
             extra = f"  {reason}" if reason and step["outcome"] == "skipped" else ""
             tr.write_line(f"  {step['name']:<25} {step['outcome']:<8} {took:>8}{extra}".rstrip())
         for blocker in data["blockers"]:
@@ -123,4 +154,6 @@ class ReportPlugin:
             tr.write_line("ledger: not written (refused before the deployment directory existed)")
         for kind, report_path in self.config.stash.get(REPORT_PATHS_KEY, {}).items():
             tr.write_line(f"{'report' if kind == 'html' else kind}: {_show(report_path, base)}")
+        for label, written in self.pages:
+            tr.write_line(f"{label}: {_show(written, base) if isinstance(written, Path) else written}")
         tr.write_line(f"next: {renderer.next_action(data)}")

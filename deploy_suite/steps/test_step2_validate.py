@@ -12,5 +12,6 @@ from deploy_suite.runstate import RunState
 
 
 def test_step2_validate(run: RunState, kube: Kube) -> None:
-    """Namespace, CRDs, dry-run, secrets by name, PVCs, images, pinned knobs, GPU ceiling, capacity."""
+    """Namespace, CRDs, platform, dry-run (as the create step 5 makes), secrets by name, PVCs, images, pinned
+    knobs, GPU ceiling, capacity, SKU, ownership, budgets."""
     run.record(validate.preflight(run, kube))

@@ -179,5 +179,9 @@ def test_a_spent_budget_blocks_iteration_2_in_step2_and_iteration_1_stays_live(t
         assert now1["metadata"]["uid"] == live1["metadata"]["uid"] and "deletionTimestamp" not in now1["metadata"]
         assert now1["status"]["state"] == "successful"
         assert ledger1.read_bytes() == before1
-        page = (target.reports / "deploy-iter-002.html").read_text(encoding="utf-8")
+        page = run.report().read_text(encoding="utf-8")
         assert "(spent)</b>" in page and "budget is spent" in page
+        # The experiment page's top line: the spent budget as the experiment's blocker, then what to do.
+        top = (exp.exp_root / "artifacts" / "experiment.html").read_text(encoding="utf-8")
+        top = top.split('id="dsr-top">')[1].split("</div>")[0]
+        assert "blockers (1)" in top and says in top and "budget is spent" in top, top

@@ -42,6 +42,7 @@ from deploy_suite.offline.operator_sim.serving import FAULTS_CONFIGMAP
 from fixtures.experiments.make_experiment import Experiment, stage_candidate
 from tests import support
 from tests.support import SuiteRun, outcomes, step
+from tests.support.pages import assert_experiment, keep, open_experiment
 
 pytestmark = [pytest.mark.cluster]
 
@@ -152,8 +153,7 @@ def assert_ready(run: SuiteRun, target: Target, *, dgd_name: str, served: str, g
     assert response["object"] == "chat.completion" and response["choices"] and not response.get("error")
     live = target.dgd(dgd_name)
     assert live is not None and live["status"]["state"] == "successful"
-    assert (target.reports / f"deploy-iter-{run.iteration:03d}.html").is_file()
-    assert (target.reports / f"deploy-iter-{run.iteration:03d}.xml").is_file()
+    assert run.report("html").is_file() and run.report("xml").is_file()
     return led
 
 
@@ -205,9 +205,50 @@ def test_disaggregated_prefill_and_decode_become_ready_and_answer(target: Target
     assert gpus == {"Frontend": 0, "VllmPrefillWorker": 1, "VllmDecodeWorker": 1}
 
 
-def test_multinode_worker_spans_two_nodes_and_answers(multinode_target: Target) -> None:
+# Grove's API, served so that step 2 sees a multinode orchestrator (README.md, step 2: the platform).
+# The operator simulator still spreads the pods itself; only the API group is what step 2 reads.
+GROVE_CRD: Obj = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "podcliquesets.grove.io"},
+    "spec": {"group": "grove.io", "scope": "Namespaced",
+             "names": {"plural": "podcliquesets", "singular": "podcliqueset", "kind": "PodCliqueSet"},
+             "versions": [{"name": "v1alpha1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+@contextlib.contextmanager
+def grove_served(target: Target) -> Iterator[None]:
+    target.kube.apply(GROVE_CRD)
+
+    def established(objs: dict[str, Obj]) -> tuple[bool, str]:
+        conditions = [c for o in objs.values() for c in (o.get("status") or {}).get("conditions") or []]
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions), "establishing"
+
+    target.kube.wait_for("CustomResourceDefinition", established, awaited="grove.io served", timeout=30.0,
+                         name=GROVE_CRD["metadata"]["name"])
+    try:
+        yield
+    finally:
+        target.kube.delete("CustomResourceDefinition", GROVE_CRD["metadata"]["name"])
+
+
+def test_multinode_without_an_orchestrator_is_blocked_by_step2_as_a_platform_fault(
+        multinode_target: Target) -> None:
     target = multinode_target
     run = target.run(target.experiment("dgd-multinode.yaml", support={}, gpu_ceiling=16))
+    led = assert_failed_at(run, "step2_validate", status="blocked")
+    (blocker,) = led["blockers"]
+    assert blocker["class"] == "platform" and "no multinode orchestrator available" in blocker["message"]
+    assert led["preflight"]["platform"]["needs"]["multinode"] == {"TrtllmWorker": 2}
+    # A platform fault is not the candidate's: nothing applied, no failed attempt for the budget.
+    assert target.dgd("e2e-multinode") is None and led["failed_attempts"] == []
+
+
+def test_multinode_worker_spans_two_nodes_and_answers(multinode_target: Target) -> None:
+    target = multinode_target
+    with grove_served(target):
+        run = target.run(target.experiment("dgd-multinode.yaml", support={}, gpu_ceiling=16))
+    assert run.ledger()["preflight"]["platform"]["needs"]["orchestrator"] == "grove"
     led = assert_ready(run, target, dgd_name="e2e-multinode", served="qwen3-multinode", gpus=16)
     worker = led["readiness"]["components"]["TrtllmWorker"]
     assert worker["expected"] == 2 and worker["ready"] == 2, worker
@@ -220,9 +261,9 @@ def test_gaie_direct_routing_is_reached_on_a_worker_pod_with_the_instance_id(tar
     led = assert_ready(run, target, dgd_name="e2e-gaie", served="qwen3-gaie", gpus=1, endpoint_kind="worker-pod")
     # No frontend Service: the frontend is a sidecar in the worker pod.
     assert led["frontend_service"] is None
-    # (The newest operator gives every component a Service: the EPP's grpc, the workers' system.)
-    services = target.kube.list_items("Service", target.namespace)[0]
-    assert not [s for s in services if any(p["name"] == "http" for p in s["spec"]["ports"])], services
+    # (The `latest` operator profile gives every other component a Service of its own, as the operator does.)
+    services = [s["metadata"]["name"] for s in target.kube.list_items("Service", target.namespace)[0]]
+    assert not [name for name in services if name.endswith("-frontend")], services
     pod = led["endpoint"]["target"].removeprefix("pod/")
     assert pod.startswith("e2e-gaie-vllmworker-")
     instance = led["endpoint"]["worker_instance_id"]
@@ -271,6 +312,13 @@ def test_iteration_1_retires_iteration_0_with_the_same_dgd_name(target: Target) 
     assert retired["pods_gone_at"] == led0["torn_down_at"] == retired["torn_down_at"] and retired["deleted_at"]
     assert retired["action"] == "deleted"
     assert retired["ledger"] == f"artifacts/{root0.name}/{ledger.LEDGER_NAME}"
+
+    # The experiment page the run rebuilt, in a real browser: both iterations, what iteration 1
+    # changed (the candidate's --max-num-seqs) and the retire of iteration 0 on the timeline.
+    page = open_experiment(exp.exp_root / "artifacts" / "experiment.html", [0, 1], [1])
+    keep(page, "experiment-offline")
+    assert_experiment(page, [0, 1], [1])
+    assert "--max-num-seqs" in page.dom and "retired by deploy-iter-001" in page.dom
     assert led1["previous_deployment"]["dgd_name"] == SAMPLE_DGD
     deletes = [c["command"] for c in led1["commands"] if c["kind"] == "mutate" and " delete " in c["command"]]
     assert len(deletes) == 1, deletes  # only the previous DGD, by exact name and namespace
@@ -660,7 +708,7 @@ def test_the_gpu_less_mocker_dgd_becomes_ready_with_capacity_not_needed(target: 
     assert led["preflight"]["gpu_sku"]["outcome"] == "not needed"
     assert led["readiness"]["state"] == "ready" and led["smoke"]["success"] == 1
     assert run.smoke_artifact()["api_http_code"] == 200
-    html = (target.reports / "deploy-iter-000.html").read_text()
+    html = run.report().read_text()
     assert "not needed" in html and "no GPU requested" in html
 
 

@@ -83,6 +83,11 @@ class Suite:
     def reports(self) -> Path:
         return self.pytester.path / "reports"
 
+    @property
+    def exp_reports(self) -> Path:
+        """This experiment's folder of reports (one per experiment: they never overwrite each other)."""
+        return self.reports / self.exp.exp_root.name
+
     def run(self, *args: str, iteration: int | None = 0, steps: Path = STEP1,
             handoff: Path | None = None) -> pytest.RunResult:
         argv = ["-c", str(PYPROJECT), f"--rootdir={REPO}", str(steps),
@@ -141,19 +146,42 @@ def test_iteration0_runs_step1_and_stops_in_progress_at_step2(suite: Suite):
     assert data["session"]["finished_at"] is not None and data["session"]["exit_status"] == 0
     assert data["commands"] == []
     deploy_root = suite.exp.exp_root / "artifacts" / "deploy-iter-000"
-    assert sorted(p.name for p in deploy_root.iterdir()) == ["applied_manifests", "deployment_ledger.json"]
+    assert sorted(p.name for p in deploy_root.iterdir()) == ["applied_manifests", "deploy-iter-000.html",
+                                                             "deployment_ledger.json"]
     assert {p: sha(p) for p in sources} == sources  # handed-off files untouched
     # Reports: self-contained HTML with the ledger summary, JUnit with one case per step run.
-    html = (suite.reports / "deploy-iter-000.html").read_text()
+    html = (suite.exp_reports / "deploy-iter-000.html").read_text()
     assert "deploy-suite-summary" in html and "in_progress" in html and "step2_validate" in html
-    cases = junit_cases(suite.reports / "deploy-iter-000.xml")
+    cases = junit_cases(suite.exp_reports / "deploy-iter-000.xml")
     assert [c.get("name") for c in cases] == ["test_step1_inputs"]
     props = {p.get("name"): p.get("value") for p in cases[0].iter("property")}
     assert props == {"step": "step1_inputs", "outcome": "passed"}
     text = output(result)
     assert "deploy-iter-000: in_progress (current step: step2_validate)" in text
     assert f"ledger: {suite.ledger_path()}" in text
-    assert "report: reports/deploy-iter-000.html" in text and "junit: reports/deploy-iter-000.xml" in text
+    exp_id = suite.exp.exp_root.name
+    assert f"report: reports/{exp_id}/deploy-iter-000.html" in text
+    assert f"junit: reports/{exp_id}/deploy-iter-000.xml" in text
+    # The ledger's page beside it and the experiment's page, both named in the last lines.
+    assert "iteration page: " in text and "experiment page: " in text
+    page = (suite.exp.exp_root / "artifacts" / "experiment.html").read_text()
+    assert 'data-iteration="0"' in page
+
+
+def test_two_experiments_from_one_checkout_keep_both_sets_of_pages(suite: Suite, tmp_path: Path):
+    assert suite.run().ret == 0, "first experiment"
+    first_page = (suite.exp_reports / "deploy-iter-000.html").read_bytes()
+    other = Suite(suite.pytester, make_experiment(tmp_path / "other", "20260602T090000Z-other"), suite.kubeconfig,
+                  suite.listener)
+    assert other.run().ret == 0, "second experiment"
+    # Same iteration, same reports directory: each experiment keeps its own folder, untouched by the other.
+    assert sorted(p.name for p in suite.reports.iterdir()) == sorted([suite.exp.exp_root.name,
+                                                                      other.exp.exp_root.name])
+    assert (suite.exp_reports / "deploy-iter-000.html").read_bytes() == first_page
+    assert (other.exp_reports / "deploy-iter-000.html").is_file()
+    for exp in (suite.exp, other.exp):
+        assert (exp.exp_root / "artifacts" / "experiment.html").is_file()
+        assert (exp.exp_root / "artifacts" / "deploy-iter-000" / "deploy-iter-000.html").is_file()
 
 
 def test_old_ledger_can_be_rerendered_without_pytest(suite: Suite, tmp_path: Path):
@@ -332,7 +360,7 @@ def test_bad_input_on_a_rerun_marks_the_existing_ledger_blocked(suite: Suite):
     assert (data["status"], data["current_step"]) == ("blocked", "step1_inputs")
     assert data["blockers"][0]["step"] == "step1_inputs" and data["blockers"][0]["class"] == "input"
     assert data["resumes"][0]["previous_status"] == "in_progress"
-    cases = junit_cases(suite.reports / "deploy-iter-000.xml")
+    cases = junit_cases(suite.exp_reports / "deploy-iter-000.xml")
     assert len(cases) == 1 and cases[0].find("failure") is not None
 
 
@@ -371,10 +399,14 @@ def test_a_blocking_step_skips_every_later_step_with_its_reason(suite: Suite):
                                  "message": "secret hf-token-secret not found in dynamo-demo",
                                  "fix": "create it (by name)"}]
     assert_one_clear_line(result, "secret hf-token-secret not found")
-    cases = junit_cases(suite.reports / "deploy-iter-000.xml")
+    cases = junit_cases(suite.exp_reports / "deploy-iter-000.xml")
     assert [c.get("name") for c in cases] == [
         "test_step1_inputs", "test_step2_validate", "test_step3_retire_previous", "test_step4_support_manifests"]
-    assert "blocked by step3_retire_previous" in cases[3].find("skipped").get("message")
+    # The skipped step names the step that stopped the run; the reason is said at the top, once.
+    assert cases[3].find("skipped").get("message") == "blocked by step3_retire_previous"
+    html = (suite.exp_reports / "deploy-iter-000.html").read_text()
+    # Twice: the summary's blockers box and the blocked step's own row; no skipped row repeats it.
+    assert html.count("secret hf-token-secret not found") == 2
 
 
 def test_a_failing_step_fails_the_ledger_and_a_missing_step_blocks_the_next(suite: Suite):
@@ -449,7 +481,7 @@ def test_path_options_work_in_either_spelling_from_any_directory(suite: Suite, e
     data = suite.ledger()
     assert (data["status"], data["current_step"]) == ("in_progress", "step2_validate")
     assert data["settings"]["kubeconfig_given"] is True
-    cases = junit_cases(suite.reports / "deploy-iter-000.xml")
+    cases = junit_cases(suite.exp_reports / "deploy-iter-000.xml")
     assert [(c.get("classname"), c.get("name")) for c in cases] == [
         ("deploy_suite.steps.test_step1_inputs", "test_step1_inputs")]
     # EXP_ROOT gains the deployment directory only (no report, no .pytest_cache); cwd gains nothing.

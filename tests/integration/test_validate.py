@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from deploy_suite import ownership
 from deploy_suite.constants import GPU_TAINT_KEY
 from deploy_suite.errors import Forbidden
 from deploy_suite.kube import CommandRecord, Kube, Obj
@@ -35,6 +36,7 @@ from deploy_suite.references import walk
 from deploy_suite.validate import DGD_CRD, ValidationInputs, ValidationReport, validate
 from fixtures.cluster import ClusterPool
 from fixtures.identities import Identity
+from tests.integration import replica
 
 # Every capacity outcome below is exact, so each test starts with the default cluster's H200 GPUs free.
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("free_h200")]
@@ -391,8 +393,12 @@ def test_namespaced_identity_gets_real_forbidden_answers_that_become_limitations
     audit = audit_requests(offline_cluster, probe.as_identity(deployer_identity), probe.user_agent)
     assert {e["user"]["username"] for e in audit} == {deployer_identity.username}
     forbidden = {(e["verb"], e["objectRef"]["resource"]) for e in audit if e["responseStatus"]["code"] == 403}
+    # The platform checks' cluster-scope reads too (webhook configurations, the operator's Deployment).
     assert forbidden == {("get", "namespaces"), ("get", "customresourcedefinitions"), ("list", "storageclasses"),
-                         ("list", "nodes")}
+                         ("list", "nodes"), ("list", "validatingwebhookconfigurations"),
+                         ("list", "mutatingwebhookconfigurations"), ("list", "deployments")}
+    assert ev["platform"]["operator"]["state"] == "forbidden" and ev["platform"]["webhooks"]["validating"] == \
+        "forbidden"
     assert_read_only(audit)
     assert_secrets_by_name_only(audit)
     assert_no_canary(report, probe, staged, audit)
@@ -731,3 +737,54 @@ def test_gpu_taint_toleration_matches_the_effect_of_the_gpu_taint(
     assert added[0].get("effect") in (None, "", "NoExecute"), added
     assert report.blockers == []
     assert outcome(report) == "sufficient"
+
+
+# ------------------------------------------------------------------ the dry-run as the create it will be
+
+
+def test_a_same_named_agg_to_disagg_candidate_is_judged_as_the_create_by_the_real_webhook(
+        offline_cluster: OfflineCluster, scratch_namespace: str, tmp_path: Path) -> None:
+    """The session's cluster plays profile `latest`, whose validating webhook refuses adding or
+    removing components on update: the previous iteration's agg DGD is live under the candidate's
+    name, step 3 will delete it, so step 2 dry-runs the disagg candidate as a create (`create-as`)."""
+    manager = ownership.field_manager("20260601T120000Z-val")
+    ns = scratch_namespace
+    owner = Kube(offline_cluster.context, offline_cluster.info().kubeconfig, field_manager=manager)
+    try:
+        previous = owner.apply(replica.manifest("dgd-alpha-agg.yaml", rename="llm"), ns)
+    finally:
+        owner.close()
+    staged = stage(tmp_path, replica.manifest("dgd-alpha-disagg.yaml", rename="llm"))
+
+    def judged(retiring: tuple[str, str] | None) -> ValidationReport:
+        kube = Kube(offline_cluster.context, offline_cluster.info().kubeconfig, field_manager=manager)
+        try:
+            return validate(kube, ValidationInputs(
+                namespace=ns, deploy_path=staged.deploy, support_paths={}, baseline_dgd_path=None,
+                workload=workload(ns, offline_cluster.context), display_root=staged.root, retiring=retiring,
+                retiring_uid=previous["metadata"]["uid"]))
+        finally:
+            kube.close()
+
+    report = judged((ns, "llm"))
+    assert "dry-run" not in classes(report) and "platform" not in classes(report), report.blockers
+    record = report.evidence["dgd_dry_run"]
+    assert record["mode"] == "create-as" and len(record["name"]) == len("llm") and record["result"] == "accepted"
+    assert "component topology is immutable" in record["update_verdict"]  # the update, for information
+    # When step 3 would not delete it (no retiring DGD), the candidate is what step 5 would update.
+    report = judged(None)
+    assert "component topology is immutable" in blocker(report, "dry-run")
+    assert report.evidence["dgd_dry_run"]["mode"] == "update"
+    # Only dry-runs: the live DGD is the one applied, and nothing exists under the derived name.
+    live = cluster_get(offline_cluster, ns, "llm")
+    assert live is not None and live["metadata"]["uid"] == previous["metadata"]["uid"]
+    assert live["metadata"]["generation"] == previous["metadata"]["generation"]
+    assert cluster_get(offline_cluster, ns, record["name"]) is None
+
+
+def cluster_get(cluster: OfflineCluster, ns: str, name: str) -> Obj | None:
+    kube = cluster.kube()
+    try:
+        return kube.get_or_none(replica.ALPHA, name, ns)
+    finally:
+        kube.close()

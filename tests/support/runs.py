@@ -213,6 +213,10 @@ class SuiteRun:
     def step(self, name: str) -> dict[str, Any]:
         return step(self.ledger(), name)
 
+    def report(self, suffix: str = "html") -> Path:
+        """This run's pytest-html (``html``) or JUnit (``xml``) report: one folder per experiment."""
+        return self.reports / self.exp_root.name / f"{self.deploy_root.name}.{suffix}"
+
     def smoke_artifact(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.deploy_root / "smoke_test_artifact.json").read_text())
         return data

@@ -277,3 +277,18 @@ def test_summary_says_whose_the_dgd_is(ready: dict[str, Any]) -> None:
     assert "applied with field manager <code>deploy-suite/0123456789ab</code>, uid <code>u-1</code>" in top
     led["applied_dgd"] = None
     assert "not applied by this run" in report.summary_html(led)
+
+
+def test_a_multinode_components_leader_and_workers_are_shown(ready: dict[str, Any]) -> None:
+    comps = ready["readiness"]["components"]
+    name = next(iter(comps))
+    comps[name]["layout"] = [{"pod": "demo-agg-w-0", "role": "leader", "node": "h200-0"},
+                             {"pod": "demo-agg-w-1", "role": "worker", "node": "h200-1"}]
+    page = report.render(ready)
+    section = page[page.index("<h2>Readiness</h2>"):page.index("<h2>Smoke</h2>")]
+    assert "<th>leader/workers</th>" in section
+    assert "leader: demo-agg-w-0 on h200-0<br>worker: demo-agg-w-1 on h200-1" in section
+
+
+def test_single_node_components_have_no_layout_column(ready: dict[str, Any]) -> None:
+    assert "leader/workers" not in report.render(ready)

@@ -380,7 +380,8 @@ def test_readiness_waits_for_the_dgd_and_every_pod_and_records_the_engagement(fa
     data = run.ledger.data
     assert data["readiness"] == ready.as_dict() and list(data["readiness"]) == [
         "state", "dgd_state", "ready_condition", "ready_reason", "components", "allocated_at", "contention",
-        "diagnosis", "evidence", "seconds", "last_progress"]
+        "diagnosis", "evidence", "seconds", "last_progress", "generation_rule", "reconcile_errors",
+        "verdict_at"]
     assert data["allocated_at"] == ready.allocated_at
     assert json.loads(run.ledger.path.read_text())["allocated_at"] == ready.allocated_at  # saved at once
     assert [(e["pod"], e["component"], e["gpus"]) for e in data["config_engagement"]] == [
@@ -547,13 +548,15 @@ def test_the_hard_cap_ends_a_wait_that_keeps_progressing(fake, tmp_path: Path) -
     assert error.category == "timeout" and "hard cap timeouts.readiness_s" in str(error)
 
 
-def test_a_reconciliation_error_stops_readiness(fake, tmp_path: Path) -> None:
+def test_a_reconciliation_error_that_persists_stops_readiness(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
     api.watchers = 2  # a wait over two collections
     api.put(DGD, fakekube.dgd("demo", NS, "failed", message="spec.services: invalid"))
-    run = make_run(tmp_path, step="step6_readiness")
-    error, _ = fail_with_result(lambda: rollout.readiness(run, kube))
-    assert error.category == "reconcile-error" and str(error) == "DGD reconciliation error: spec.services: invalid"
+    run = make_run(tmp_path, step="step6_readiness", reconcile_error_grace_s=0)
+    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    assert error.category == "reconcile-error" and str(error) == (
+        "DGD reconciliation error: spec.services: invalid (the reconcile error persisted for 0s (grace 0s))")
+    assert [e["outcome"] for e in partial.reconcile_errors] == ["persisted"]
     assert error.evidence == ["dgd/demo status: failed NotReady: spec.services: invalid"]
 
 

@@ -113,9 +113,10 @@ def pod(name: str, ctype: str = "worker", ready: bool = True, dgd_name: str = "d
 class Frontend:
     """A scripted OpenAI frontend: ``/v1/models`` answers in turn (the last repeats), one chat answer."""
 
-    def __init__(self, models: list[Any] | None = None, chat: httpx.Response | None = None) -> None:
+    def __init__(self, models: list[Any] | None = None,
+                 chat: httpx.Response | list[httpx.Response] | None = None) -> None:
         self.models = models if models is not None else [listing(MODEL)]
-        self.chat = chat if chat is not None else httpx.Response(200, json=OK_CHAT)
+        self.chat = chat if chat is not None else httpx.Response(200, json=OK_CHAT)  # a list: in turn, the last repeats
         self.requests: list[httpx.Request] = []
         self.models_calls = 0
         self.on_models: Callable[[int], None] = lambda _n: None
@@ -130,6 +131,8 @@ class Frontend:
                 raise answer
             return answer if isinstance(answer, httpx.Response) else httpx.Response(200, json=answer)
         assert request.url.path == "/v1/chat/completions"
+        if isinstance(self.chat, list):
+            return self.chat[min(len(self.chats) - 1, len(self.chat) - 1)]
         return self.chat
 
     @property
@@ -316,7 +319,9 @@ def test_a_port_forward_that_dies_mid_test_is_restarted(tmp_path: Path, fake_clo
 
 
 @pytest.mark.parametrize(("answer", "diagnosis"), [
-    (httpx.Response(500, json={"error": {"message": "boom"}}), 'chat endpoint answered HTTP 500: {"error": '),
+    (httpx.Response(500, json={"error": {"message": "boom"}}),
+     'the served model is listed but chat still answered HTTP 500 after '),
+    (httpx.Response(401, json={"error": {"message": "no"}}), 'chat endpoint answered HTTP 401: {"error": '),
     (httpx.Response(200, json={"object": "chat.completion", "error": {"message": "bad"}, "choices": [{}]}),
      "structural check"),
     (httpx.Response(200, json={"object": "chat.completion"}), "structural check"),
@@ -412,6 +417,15 @@ def test_a_400_naming_direct_routing_says_the_header_is_wrong(tmp_path: Path, fa
     ("instance id: 85f0a1b2c3d4e5f6", 0x85F0A1B2C3D4E5F6),
     ("instance_id=1\nre-registered instance_id=2", 2),
     ("no registration yet", None),
+    # One id, two bases in adjacent lines of one process: the line's format decides (docs/operator-generations.md).
+    ("registered dyn://dynamo.backend.generate:1b70511b8908ec", 7723318027815148),
+    ("serving instance_id=7723318027815148 endpoint=generate", 7723318027815148),
+    # A hex discovery key can be all digits: still hex.
+    ("put v1/instances/dynamo/backend/generate:12345678901234", 0x12345678901234),
+    # A real worker log line (its source: docs/operator-generations.md): decimal.
+    ("INFO check_worker.check_required_workers: [Processor:1] Waiting for more workers to be ready.\n"
+     " Current: 1, Required: 1   \nWorkers ready: [7587887029837065570]", 7587887029837065570),
+    ("a later line wins: instance_id=0x10 then Workers ready: [17]", 17),
 ])
 def test_parse_instance_id(log: str, expected: int | None) -> None:
     assert smoke.parse_instance_id(log) == expected
@@ -573,7 +587,7 @@ def test_run_records_endpoint_served_model_and_smoke_sections(tmp_path: Path, fa
     assert data["smoke"] == {
         "success": 1, "models_http_code": 200, "api_http_code": 200, "gate": "", "diagnosis": "",
         "timings": {"reachable_s": 0.0, "model_listed_s": 0.0, "chat_s": 0.0}, "port_forward_restarts": 0,
-        "artifact": "artifacts/deploy-iter-000/smoke_test_artifact.json",
+        "chat_attempts": 1, "artifact": "artifacts/deploy-iter-000/smoke_test_artifact.json",
         "bodies": ["artifacts/deploy-iter-000/smoke/models_body.json", "artifacts/deploy-iter-000/smoke/api_body.json"]}
     assert run.evidence == {"success": 1, "gate": "all passed", "reachable_s": 0.0, "model_listed_s": 0.0,
                             "chat_s": 0.0}
@@ -597,3 +611,36 @@ def test_a_failed_gate_fails_the_step_carrying_the_result(tmp_path: Path, fake_c
     assert run.ledger.data["smoke"]["bodies"] == ["artifacts/deploy-iter-000/smoke/models_body.json"]
     assert run.evidence == {"success": 0, "gate": "model-listed", "reachable_s": 0.0, "model_listed_s": 3.0}
     ledger_mod.validate(run.ledger.data)
+
+
+# ------------------------------------------------------------------ a listed model that is not routable yet
+NOT_READY = httpx.Response(503, json={"error": "Model not ready"})
+# Right after registration (docs/operator-generations.md): 500, then 404 model not found, then 200.
+STARTUP_RACE = [httpx.Response(500, json={"message": "Failed to generate completions", "type": "Internal Server Error",
+                                          "code": 500}),
+                httpx.Response(404, json={"error": "Model not found"}), NOT_READY,
+                httpx.Response(200, json=OK_CHAT)]
+
+
+def test_a_model_that_becomes_routable_passes_after_a_few_answers(tmp_path: Path, fake_clock: clock.FakeClock) -> None:
+    frontend = Frontend(chat=STARTUP_RACE)
+    result = go(tmp_path, frontend)
+    assert (result.success, result.gate, result.chat_attempts) == (1, "", 4)
+    assert artifact(tmp_path)["api_http_code"] == 200
+
+
+def test_a_listed_model_that_stays_not_ready_fails_the_chat_gate_after_its_bound(
+        tmp_path: Path, fake_clock: clock.FakeClock) -> None:
+    started = fake_clock.monotonic()
+    settings = smoke.SmokeSettings(reach_attempts=3, reach_interval=1.0, list_attempts=3, list_interval=1.0,
+                                   chat_not_ready=10.0)
+    result = go(tmp_path, Frontend(chat=NOT_READY), settings=settings)
+    assert result.success == 0 and result.gate == "chat" and result.chat_attempts > 2
+    assert result.diagnosis.startswith("the served model is listed but chat still answered HTTP 503 after ")
+    assert "Model not ready" in result.diagnosis and "cannot serve" in result.diagnosis
+    assert 10.0 <= fake_clock.monotonic() - started < 15.0
+
+
+def test_an_answer_that_is_not_about_readiness_is_judged_at_once(tmp_path: Path, fake_clock: clock.FakeClock) -> None:
+    result = go(tmp_path, Frontend(chat=httpx.Response(400, json={"error": "bad request"})))
+    assert result.chat_attempts == 1 and result.gate == "chat"

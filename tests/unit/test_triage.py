@@ -7,6 +7,7 @@ import pytest
 from deploy_suite import clock, conditions, triage
 from deploy_suite.errors import StepFailure, WaitTimeout
 from deploy_suite.kube import DGD, KNOWN
+from deploy_suite.scheduling import pod_request, quantity
 from deploy_suite.smoke import parse_instance_id
 from tests import fakekube
 
@@ -194,7 +195,8 @@ def scheduled(api, name, message, labels, gpus=1):
 
 
 def event_reads(api):
-    return [r for r in api.requests if r.path.endswith("/events")]
+    """Reads of one pod's events (not the readiness wait's watch of the namespace's warnings)."""
+    return [r for r in api.requests if r.path.endswith("/events") and "involvedObject.name" in str(r.query)]
 
 
 def job_wait_stopped(api, kube, message):
@@ -343,3 +345,47 @@ def test_a_contention_wait_is_triaged_again_when_its_next_check_comes(fake):
     assert again is not None and again.category == triage.CONTENTION
     assert len(event_reads(api)) == 2
     assert triager.verdict(waiting) is None  # due again only 45 s later
+
+
+# ------------------------------------------------------------------ requests beyond every node (cpu, memory, ...)
+def sized_node(name: str, cpu: str, memory: str) -> dict:
+    found = node(name)
+    found["status"]["allocatable"].update({"cpu": cpu, "memory": memory})
+    return found
+
+
+def memory_pod(memory: str) -> dict:
+    found = pod()
+    found["spec"]["containers"][0]["resources"]["limits"]["memory"] = memory
+    return found
+
+
+SIZED = [sized_node("h200-0", "64", "1000Gi"), sized_node("h200-1", "64", "2000Gi")]
+
+
+def test_more_memory_than_any_node_has_is_a_failed_attempt_not_contention():
+    verdict = triage.triage_pending(memory_pod("64Ti"), ev("0/2 nodes are available: 2 Insufficient memory."),
+                                    SIZED)
+    assert verdict is not None and verdict.category == triage.FAILED_DEPLOY and not verdict.can_wait
+    assert "requests 7.03687e+13 memory but no eligible node has more than 2.14748e+12" in verdict.diagnosis
+
+
+def test_memory_some_node_could_hold_once_freed_is_contention():
+    verdict = triage.triage_pending(memory_pod("1500Gi"), ev("0/2 nodes are available: 2 Insufficient memory."),
+                                    SIZED)
+    assert verdict is not None and verdict.category == triage.CONTENTION and verdict.can_wait
+
+
+@pytest.mark.parametrize(("raw", "value"), [("500m", 0.5), ("64Gi", 64 * 2**30), ("1e3", 1000.0), ("2k", 2000.0),
+                                            (".5", 0.5), ("12", 12.0), ("1.5Ti", 1.5 * 2**40), ("x", None)])
+def test_quantities_read_as_kubernetes_writes_them(raw, value):
+    assert quantity(raw) == value
+
+
+def test_a_pod_request_follows_the_init_container_rule():
+    spec = {"containers": [{"resources": {"requests": {"cpu": "1"}}}, {"resources": {"limits": {"cpu": "2"}}}],
+            "initContainers": [{"resources": {"requests": {"cpu": "4"}}},
+                               {"restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}}]}
+    assert pod_request(spec, "cpu") == 4.0
+    spec["initContainers"][0]["resources"]["requests"]["cpu"] = "2"
+    assert pod_request(spec, "cpu") == 3.5

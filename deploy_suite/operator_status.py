@@ -1,0 +1,105 @@
+"""How to read a DGD's status across the operator's generations (docs/operator-generations.md).
+
+Three facts decide a verdict, and each differs by operator generation:
+
+* **Which generation the status describes.** From 1.0 on, the operator writes
+  ``status.observedGeneration`` on every reconcile without error; before 1.0 it never does. With
+  the field, Ready counts only when it equals ``metadata.generation``. Without it, Ready counts when
+  it cannot be stale: the object was never updated (``metadata.generation`` 1: its status can only
+  describe the spec it was created with), or the Ready condition turned True after the apply that
+  set the current spec (its ``lastTransitionTime`` at or after the server-side-apply time of this
+  experiment's field manager, both stamped by the API server's clock).
+* **Whether ``state: failed`` is a verdict.** The operator writes any reconcile error as
+  ``failed`` until the next reconcile, transient 409 conflicts included. A known-permanent text is
+  a verdict at once; anything else is one only when it persists for a grace period.
+* **Which components the status lists** (``services`` in v1alpha1, ``components`` in v1beta1).
+
+Pure logic over plain JSON dicts; imports only leaves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from deploy_suite.clock import parse_iso
+
+Obj = Mapping[str, Any]
+
+# Reconcile errors that no later reconcile can clear, by what fixes them (docs/operator-generations.md).
+# ``platform``: the cluster lacks what the candidate needs; ``dependency``: an object to create;
+# ``failed-deploy``: the API server refuses what the manifest makes the operator write.
+PERMANENT_ERRORS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bis invalid: .*Invalid value", re.I), "failed-deploy"),
+    (re.compile(r"no[ _]multinode[ _]orchestrator[ _]available", re.I), "platform"),
+    (re.compile(r"kai-scheduler queue validation failed", re.I), "dependency"),
+    (re.compile(r"failed to reconcile top-level PVCs", re.I), "dependency"),
+    (re.compile(r"PVC \"[^\"]+\" does not exist and create is not enabled", re.I), "dependency"),
+)
+# Reconcile errors the operator retries by itself (optimistic-concurrency conflicts).
+TRANSIENT_ERRORS = re.compile(
+    r"the object has been modified|Operation cannot be fulfilled|please apply your changes to the latest version",
+    re.I)
+
+
+def ready_condition(status: Obj) -> Obj:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+
+
+def error_text(status: Obj) -> str:
+    """The reconcile error as the operator wrote it: the Ready condition's message, else its reason."""
+    cond = ready_condition(status)
+    return str(cond.get("message") or cond.get("reason") or status.get("message") or "no message")
+
+
+def permanent_error(text: str) -> str | None:
+    """The category of a reconcile error no later reconcile clears (None: it may be transient)."""
+    return next((category for pattern, category in PERMANENT_ERRORS if pattern.search(text)), None)
+
+
+def apply_time(obj: Obj, field_manager: str | None) -> str | None:
+    """When ``field_manager`` last server-side-applied ``obj`` (the API server's clock)."""
+    if not field_manager:
+        return None
+    stamps = [(t, str(e["time"])) for e in (obj.get("metadata") or {}).get("managedFields") or []
+              if e.get("manager") == field_manager and e.get("operation") == "Apply"
+              and (t := parse_iso(e.get("time"))) is not None]
+    return max(stamps)[1] if stamps else None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Whether the status describes the current spec, and by which rule."""
+
+    current: bool
+    rule: str  # observedGeneration | never-updated | ready-after-apply | stale
+
+
+def generation(obj: Obj, field_manager: str | None) -> Generation:
+    """Does the status describe the spec of ``obj`` (see the module's docstring)?"""
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    gen = meta.get("generation")
+    if "observedGeneration" in status:
+        return Generation(status.get("observedGeneration") == gen, "observedGeneration")
+    if gen in (None, 1):
+        return Generation(True, "never-updated")
+    applied = parse_iso(apply_time(obj, field_manager))
+    since = parse_iso(ready_condition(status).get("lastTransitionTime"))
+    if applied is not None and since is not None and since >= applied:
+        return Generation(True, "ready-after-apply")
+    return Generation(False, "stale")
+
+
+def components(status: Obj) -> dict[str, Obj]:
+    """Per-component status by component name: v1alpha1 ``services``, v1beta1 ``components``
+    (a map, or a list of entries with ``name``)."""
+    raw: Any = status.get("components")
+    if raw is None:
+        raw = status.get("services")
+    if isinstance(raw, Mapping):
+        return {str(k): v for k, v in raw.items() if isinstance(v, Mapping)}
+    if isinstance(raw, Sequence) and not isinstance(raw, str):
+        return {str(e.get("name") or e.get("componentName")): e for e in raw if isinstance(e, Mapping)}
+    return {}
