@@ -32,7 +32,8 @@ Obj = Mapping[str, Any]
 # ``platform``: the cluster lacks what the candidate needs; ``dependency``: an object to create;
 # ``failed-deploy``: the API server refuses what the manifest makes the operator write.
 PERMANENT_ERRORS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\bis invalid: .*Invalid value", re.I), "failed-deploy"),
+    # The API server's field errors: "<kind> "x" is invalid: <field path>: Invalid value|Required value|...".
+    (re.compile(r"\bis invalid: [\w.\[\]/-]+: ", re.I), "failed-deploy"),
     (re.compile(r"no[ _]multinode[ _]orchestrator[ _]available", re.I), "platform"),
     (re.compile(r"kai-scheduler queue validation failed", re.I), "dependency"),
     (re.compile(r"failed to reconcile top-level PVCs", re.I), "dependency"),

@@ -58,7 +58,7 @@ FAULT_WEIGHT = 10000
 LABEL_FAULT = "deploy-suite.local/fault"
 # How long a crashed container "backs off" before the next simulated restart (kubelet starts at 10s).
 CRASH_BACKOFF_MS = 10000
-WAITING_FAULTS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull")
+WAITING_FAULTS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
 
 # ConfigMaps the controllers process reads (data keys ``<namespace>.<dgd>``), and the one where
 # `cluster up` records the webhook server's base URL and CA bundle.
@@ -259,6 +259,18 @@ def image_pull(name: str, selector: Sequence[Expression], reason: str = "ImagePu
     if reason not in _IMAGE_MESSAGES:
         raise ValueError(f"reason {reason!r} is not one of {sorted(_IMAGE_MESSAGES)}")
     template = _IMAGE_TEMPLATE.replace("REASON", reason).replace("MESSAGE", _IMAGE_MESSAGES[reason])
+    not_waiting = {"key": ".status.containerStatuses.[].state.waiting.reason", "operator": "NotIn",
+                   "values": list(WAITING_FAULTS)}
+    return Fault(name, (_stage(name, [*selector, *_alive(["Pending"]), not_waiting], template),))
+
+
+def missing_secret_key(name: str, selector: Sequence[Expression], secret: str, key: str) -> Fault:
+    """Selected pods are scheduled but their containers never start: the kubelet cannot build
+    their environment from ``secret`` (it lacks ``key``): ``CreateContainerConfigError`` with the
+    kubelet's words."""
+    words = f"couldn't find key {key} in Secret %s/{secret}"
+    template = _IMAGE_TEMPLATE.replace("REASON", "CreateContainerConfigError").replace(
+        '{{ printf "MESSAGE" $c.image | Quote }}', f'{{{{ printf "{words}" $root.metadata.namespace | Quote }}}}')
     not_waiting = {"key": ".status.containerStatuses.[].state.waiting.reason", "operator": "NotIn",
                    "values": list(WAITING_FAULTS)}
     return Fault(name, (_stage(name, [*selector, *_alive(["Pending"]), not_waiting], template),))

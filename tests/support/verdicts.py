@@ -265,6 +265,12 @@ def _never_pullable(target: Target) -> None:
                                          faults.by_dgd(DGD_NAME, namespace=target.namespace)))
 
 
+def _missing_key(target: Target) -> None:
+    target.apply_fault(faults.missing_secret_key(f"verdict-key-{target.namespace}",
+                                                 faults.by_dgd(DGD_NAME, namespace=target.namespace),
+                                                 "hf-token-secret", "HF_TOKEN_MISSING"))
+
+
 def _pod_webhook(target: Target) -> None:
     target.apply_fault(faults.pod_admission_refusal(target.kube, f"verdict-refuse-{target.namespace}", DGD_NAME,
                                                     target.namespace))
@@ -339,6 +345,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              setup=_never_pullable, evidence=("pod-status",),
              covered_by="test_an_image_tag_that_does_not_exist_is_a_failed_attempt_and_the_dgd_is_deleted_unless_kept"),
     Scenario("webhook-refusal", DEPENDENCY, setup=_pod_webhook, evidence=("FailedCreate",)),
+    Scenario("missing-secret-key", DEPENDENCY, setup=_missing_key, evidence=("pod-status",)),
     # The apiserver refuses the operator's Deployment: the newest operator holds it at the DCD (an
     # event), older ones write the DGD failed with the apiserver's text.
     Scenario("invalid-template-at-dcd", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]

@@ -276,3 +276,12 @@ def test_an_invalid_template_the_api_server_refuses_is_a_failed_attempt_at_first
     with pytest.raises(StepFailure) as caught:
         judge(ready_condition(fake[1]), dgd("failed", ready=False, message=message))
     assert caught.value.category == "failed-deploy" and caught.value.failed_attempt
+
+
+def test_a_required_value_the_api_server_asks_for_is_a_failed_attempt_too(fake) -> None:
+    message = ('failed to reconcile Dynamo components deployments: apply Deployment/demo-frontend: Deployment.apps '
+               '"demo-frontend" is invalid: spec.template.spec.containers[0].resources.limits: Required value: '
+               "Limit must be set for non overcommitable resources")
+    with pytest.raises(StepFailure) as caught:
+        judge(ready_condition(fake[1]), dgd("failed", ready=False, message=message))
+    assert caught.value.category == "failed-deploy" and caught.value.failed_attempt
