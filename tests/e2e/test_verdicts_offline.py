@@ -60,7 +60,8 @@ def test_the_verdict_is_right_and_given_within_seconds(verdict_target: Target, s
         if case.evidence:
             # The verdict follows the evidence (the bench holds the goal; this only proves the
             # measurement is real and the wait was no timeout).
-            assert outcome.seconds is not None and 0 <= outcome.seconds < verdicts.READINESS_S / 3, outcome
+            assert outcome.seconds is not None and 0 <= outcome.seconds < verdicts.READINESS_S / 3, (
+                outcome, suite.ledger().get("readiness"))
         passed = True
     finally:
         verdicts.record(outcome, passed)

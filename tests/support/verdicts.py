@@ -6,8 +6,9 @@ exists) and, through the figures it records, by ``bench/bench_time_to_verdict.py
 
 Time to verdict is measured from the cluster's first evidence to the harness's verdict:
 
-* the evidence: the API server's audit log (microseconds) of the request that first made the
-  failure visible: the create of the first Warning event of the failing component (a scheduler's
+* the evidence: the API server's audit log (microseconds; when it received the request: a watch
+  can tell the harness before the request's own response completes) of the request that first
+  made the failure visible: the create of the first Warning event of the failing component (a scheduler's
   ``FailedScheduling``, a controller's ``FailedCreate``, the kubelet's pull or crash words), or the
   operator's status write for classes the DGD's status reveals;
 * the verdict: the ledger's ``readiness.verdict_at`` (microseconds; the harness's clock, the same
@@ -48,24 +49,31 @@ UNMODELLED = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecutio
 
 
 def base_dgd(name: str = DGD_NAME, gpus: int = 1) -> dict[str, Any]:
-    """An aggregated v1beta1 DGD: a frontend and one worker with ``gpus`` GPUs."""
-    return {"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment", "metadata": {"name": name},
-            "spec": {"backendFramework": "vllm", "components": [
-                {"name": "Frontend", "type": "frontend", "replicas": 1,
-                 "podTemplate": {"spec": {"containers": [{"name": "main", "image": IMAGE}]}}},
-                {"name": WORKER, "type": "worker", "replicas": 1, "podTemplate": {"spec": {"containers": [
-                    {"name": "main", "image": IMAGE, "command": ["python3", "-m", "dynamo.vllm"],
-                     "args": ["--model", "Qwen/Qwen3-0.6B", "--served-model-name", "qwen3-verdict"],
-                     "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}}]}}
+    """An aggregated DGD, a frontend and one worker with ``gpus`` GPUs, in v1alpha1: the version
+    every operator profile serves (pre-1.0 serves nothing else)."""
+    return {"apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoGraphDeployment", "metadata": {"name": name},
+            "spec": {"backendFramework": "vllm", "services": {
+                "Frontend": {"componentType": "frontend", "replicas": 1, "extraPodSpec": {"mainContainer": {
+                    "image": IMAGE, "command": ["python3", "-m", "dynamo.frontend"], "args": ["--http-port", "8000"]}}},
+                WORKER: {"componentType": "worker", "replicas": 1, "resources": {"limits": {"gpu": str(gpus)}},
+                         "extraPodSpec": {"mainContainer": {
+                             "image": IMAGE, "command": ["python3", "-m", "dynamo.vllm"],
+                             "args": ["--model", "Qwen/Qwen3-0.6B", "--served-model-name", "qwen3-verdict"]}}}}}}
+
+
+def worker(dgd: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = dgd["spec"]["services"][WORKER]
+    return found
 
 
 def worker_spec(dgd: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = dgd["spec"]["components"][1]["podTemplate"]["spec"]
+    """The worker's pod spec fields (v1alpha1 ``extraPodSpec``)."""
+    spec: dict[str, Any] = worker(dgd)["extraPodSpec"]
     return spec
 
 
 def worker_main(dgd: dict[str, Any]) -> dict[str, Any]:
-    main: dict[str, Any] = worker_spec(dgd)["containers"][0]
+    main: dict[str, Any] = worker_spec(dgd)["mainContainer"]
     return main
 
 
@@ -178,7 +186,7 @@ def _done(entry: Obj, resource: str, subresource: str | None = None) -> bool:
 def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None) -> str | None:
     """The audit time of the request that made the failure visible (None: no such request):
 
-    * event reasons: the create of the first such Warning event of the failing component; for
+    * event reasons: the create of the first such Warning event of the DGD's children; for
       ``FailedScheduling`` also the scheduler's status write of the pod (``PodScheduled=False``),
       which it makes before it records the event;
     * ``pod-status``: the last status write of a failing pod before the verdict (the kubelet's
@@ -191,8 +199,8 @@ def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None) -
     if not scenario.evidence:
         return None
     audit = _audit(target)
-    prefix = (f"{DGD_NAME}-{WORKER.lower()}", f"{DGD_NAME}-0-")
-    dgd_writes = [str(e["stageTimestamp"]) for e in audit if _done(e, "dynamographdeployments", "status")]
+    prefix = f"{DGD_NAME}-"  # any of the DGD's children (the frontend's may speak first)
+    dgd_writes = [str(e["requestReceivedTimestamp"]) for e in audit if _done(e, "dynamographdeployments", "status")]
     if scenario.evidence == ("ready-status",):
         before = [w for w in dgd_writes if verdict_at and _parse(w) <= _parse(verdict_at)]
         return max(before, key=_parse) if before else None
@@ -200,19 +208,22 @@ def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None) -
                   and str((e.get("objectRef") or {}).get("name", "")).startswith(prefix)
                   and "deploy-suite" not in str(e.get("userAgent"))]
     if scenario.evidence == ("pod-status",):
-        before = [str(e["stageTimestamp"]) for e in pod_writes if verdict_at and
-                  _parse(str(e["stageTimestamp"])) <= _parse(verdict_at)]
+        before = [str(e["requestReceivedTimestamp"]) for e in pod_writes if verdict_at and
+                  _parse(str(e["requestReceivedTimestamp"])) <= _parse(verdict_at)]
         return max(before, key=_parse) if before else None
     events, _ = target.kube.list_items("Event", target.namespace)
     names = {str(e["metadata"]["name"]) for e in events
              if e.get("reason") in scenario.evidence and e.get("type") == "Warning"
              and str((e.get("involvedObject") or {}).get("name", "")).startswith(prefix)}
-    stamps = [str(e["stageTimestamp"]) for e in audit
-              if _done(e, "events") and (e.get("objectRef") or {}).get("name") in names]
+    # An event created with generateName (the operator replica's, KAI's) has no name in the audit
+    # log: any such create in the test's namespace counts (conservative: it may be an earlier one).
+    stamps = [str(e["requestReceivedTimestamp"]) for e in audit if _done(e, "events") and (
+        (e.get("objectRef") or {}).get("name") in names or
+        (e.get("verb") == "create" and not (e.get("objectRef") or {}).get("name")))]
     if "status" in scenario.evidence:
         stamps += dgd_writes[:1]
     if "FailedScheduling" in scenario.evidence:
-        stamps += [str(e["stageTimestamp"]) for e in pod_writes if "scheduler" in str(e.get("userAgent"))]
+        stamps += [str(e["requestReceivedTimestamp"]) for e in pod_writes if "scheduler" in str(e.get("userAgent"))]
     return min(stamps, key=_parse) if stamps else None
 
 
@@ -236,7 +247,7 @@ def _selector(dgd: dict[str, Any]) -> None:
 
 def _oversized(dgd: dict[str, Any]) -> None:
     # More memory than any node has (GPUs stay within the experiment's ceiling of 8).
-    worker_main(dgd)["resources"] = {"limits": {"nvidia.com/gpu": "1", "memory": "64Ti"}}
+    worker(dgd)["resources"]["limits"]["memory"] = "64Ti"
 
 
 def _crash_loop(target: Target) -> None:
@@ -303,7 +314,7 @@ def _with(mutate: Callable[[dict[str, Any]], None]) -> Callable[[], dict[str, An
 
 def _multinode() -> dict[str, Any]:
     dgd = base_dgd(gpus=1)
-    dgd["spec"]["components"][1]["multinode"] = {"nodeCount": 2}
+    worker(dgd)["multinode"] = {"nodeCount": 2}
     return dgd
 
 
