@@ -16,6 +16,7 @@ node), the pod's nodeSelector and NoSchedule/NoExecute taints; not on CPU, memor
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -184,7 +185,7 @@ class KaiBinder:
             self._podgroup(ns, gang, len(pods), detail, stamp)
             # The event last: whoever reacts to it finds the pod condition and the PodGroup written.
             self.kube.create({"apiVersion": "v1", "kind": "Event",
-                              "metadata": {"generateName": f"{meta['name']}.", "namespace": ns},
+                              "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": ns},
                               "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
                                                  "namespace": ns, "uid": meta["uid"]},
                               "reason": "Unschedulable", "message": reason, "type": "Warning", "count": 1,

@@ -94,8 +94,14 @@ def target(offline_cluster: OfflineCluster, tmp_path: Path) -> Iterator[Target]:
 
 @pytest.fixture
 def multinode_target(offline_clusters: Any, tmp_path: Path) -> Iterator[Target]:
-    # Without LWS or Grove the operator fails a multinode DGD: the cluster installs LWS.
-    yield from _target(offline_clusters.get("multinode", orchestrators=("lws",)), tmp_path)
+    """Four 8-GPU nodes and no multinode orchestrator: the operator fails a multinode DGD there."""
+    yield from _target(offline_clusters.get("multinode"), tmp_path)
+
+
+@pytest.fixture
+def grove_target(offline_clusters: Any, tmp_path: Path) -> Iterator[Target]:
+    """The same nodes with Grove and KAI installed (the operator replica's Grove path)."""
+    yield from _target(offline_clusters.get("multinode", orchestrators=("grove",)), tmp_path)
 
 
 @pytest.fixture
@@ -205,33 +211,6 @@ def test_disaggregated_prefill_and_decode_become_ready_and_answer(target: Target
     assert gpus == {"Frontend": 0, "VllmPrefillWorker": 1, "VllmDecodeWorker": 1}
 
 
-# Grove's API, served so that step 2 sees a multinode orchestrator (README.md, step 2: the platform).
-# The operator simulator still spreads the pods itself; only the API group is what step 2 reads.
-GROVE_CRD: Obj = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-    "metadata": {"name": "podcliquesets.grove.io"},
-    "spec": {"group": "grove.io", "scope": "Namespaced",
-             "names": {"plural": "podcliquesets", "singular": "podcliqueset", "kind": "PodCliqueSet"},
-             "versions": [{"name": "v1alpha1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
-
-
-@contextlib.contextmanager
-def grove_served(target: Target) -> Iterator[None]:
-    target.kube.apply(GROVE_CRD)
-
-    def established(objs: dict[str, Obj]) -> tuple[bool, str]:
-        conditions = [c for o in objs.values() for c in (o.get("status") or {}).get("conditions") or []]
-        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions), "establishing"
-
-    target.kube.wait_for("CustomResourceDefinition", established, awaited="grove.io served", timeout=30.0,
-                         name=GROVE_CRD["metadata"]["name"])
-    try:
-        yield
-    finally:
-        target.kube.delete("CustomResourceDefinition", GROVE_CRD["metadata"]["name"])
-
-
 def test_multinode_without_an_orchestrator_is_blocked_by_step2_as_a_platform_fault(
         multinode_target: Target) -> None:
     target = multinode_target
@@ -244,10 +223,9 @@ def test_multinode_without_an_orchestrator_is_blocked_by_step2_as_a_platform_fau
     assert target.dgd("e2e-multinode") is None and led["failed_attempts"] == []
 
 
-def test_multinode_worker_spans_two_nodes_and_answers(multinode_target: Target) -> None:
-    target = multinode_target
-    with grove_served(target):
-        run = target.run(target.experiment("dgd-multinode.yaml", support={}, gpu_ceiling=16))
+def test_multinode_worker_spans_two_nodes_and_answers(grove_target: Target) -> None:
+    target = grove_target
+    run = target.run(target.experiment("dgd-multinode.yaml", support={}, gpu_ceiling=16))
     assert run.ledger()["preflight"]["platform"]["needs"]["orchestrator"] == "grove"
     led = assert_ready(run, target, dgd_name="e2e-multinode", served="qwen3-multinode", gpus=16)
     worker = led["readiness"]["components"]["TrtllmWorker"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -404,7 +405,8 @@ class OperatorSim:
         """A Warning event on one of the replica's objects (``kubectl describe`` shows it)."""
         now = clock.iso_now()
         self.kube.create({"apiVersion": "v1", "kind": "Event",
-                          "metadata": {"generateName": f"{about['name']}.", "namespace": namespace},
+                          # Named as client-go's event recorder names them (`<object>.<unix nanoseconds in hex>`).
+                          "metadata": {"name": f"{about['name']}.{time.time_ns():x}", "namespace": namespace},
                           "involvedObject": {"apiVersion": about["apiVersion"], "kind": about["kind"],
                                              "name": about["name"], "namespace": namespace, "uid": about["uid"]},
                           "reason": reason, "message": message, "type": "Warning", "count": 1,

@@ -7,9 +7,9 @@ reconcile. :mod:`deploy_suite.offline.faults` has helpers to set and clear them.
 * ``transient-failed[:SECONDS]``: the first reconcile of each DGD generation writes state
   ``failed`` with a 409-conflict message, as the operator does with any reconcile error; the next
   reconcile, SECONDS later (default 2), recovers;
-* ``invalid-template``: the replica writes each Deployment's main container with a GPU request
-  one above its limit (a pod without GPUs gets a GPU request and no limit). The apiserver refuses
-  such a Deployment (pod template validation), so the error stays at the DCD: ``Available=False``
+* ``invalid-template``: the replica writes the main container of each GPU component's Deployment
+  with a GPU request one above its limit (components without GPUs are left valid). The apiserver
+  refuses such a Deployment (pod template validation), so the error stays at the DCD: ``Available=False``
   reason ``DeploymentFailed`` with the apiserver's message, a Warning event ``FailedCreate`` on the
   DCD, the DGD ``pending`` with no pods (on the profiles without DCDs the DGD is ``failed``). Set
   it before the DGD is created.
@@ -62,11 +62,8 @@ def invalid_template(deployment: Obj) -> Obj:
     dep = copy.deepcopy(deployment)
     containers = dep["spec"]["template"]["spec"].get("containers") or []
     for c in containers[:1]:
-        resources = c.setdefault("resources", {})
+        resources = c.get("resources") or {}
         limit = (resources.get("limits") or {}).get(GPU_RESOURCE)
-        requests = resources.setdefault("requests", {})
-        if limit is None:
-            requests[GPU_RESOURCE] = "1"
-        else:
-            requests[GPU_RESOURCE] = str(int(limit) + 1)
+        if limit is not None:  # only GPU components: the frontend and planners stay valid
+            resources.setdefault("requests", {})[GPU_RESOURCE] = str(int(limit) + 1)
     return dep
