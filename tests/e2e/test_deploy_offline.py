@@ -105,6 +105,12 @@ def grove_target(offline_clusters: Any, tmp_path: Path) -> Iterator[Target]:
 
 
 @pytest.fixture
+def lws_target(offline_clusters: Any, tmp_path: Path) -> Iterator[Target]:
+    """Four 8-GPU nodes with the LeaderWorkerSet and Volcano APIs: the operator's LWS path."""
+    yield from _target(offline_clusters.get("multinode", orchestrators=("lws",)), tmp_path)
+
+
+@pytest.fixture
 def serving_fault(target: Target) -> Iterator[Callable[[str, str], None]]:
     """Set the operator simulator's serving fault for a DGD of the test's namespace (before it is applied)."""
     applied: list[bool] = []
@@ -232,6 +238,25 @@ def test_multinode_worker_spans_two_nodes_and_answers(grove_target: Target) -> N
     assert worker["expected"] == 2 and worker["ready"] == 2, worker
     assert len(worker["nodes"]) == 2, "1 replica x nodeCount 2 x 8 GPUs needs two whole nodes"
     assert led["capacity"]["capacity"] == "sufficient" == led["preflight"]["capacity"]
+    assert_leader_and_worker(run, worker)
+
+
+def assert_leader_and_worker(run: SuiteRun, worker: dict[str, Any]) -> None:
+    """One leader and one worker pod, on different nodes, in the ledger and on the iteration page."""
+    layout = worker["layout"]
+    assert [e["role"] for e in layout] == ["leader", "worker"], layout
+    assert {e["node"] for e in layout} == set(worker["nodes"]) and {e["pod"] for e in layout} == set(worker["pods"])
+    page = (run.deploy_root / f"{run.deploy_root.name}.html").read_text(encoding="utf-8")
+    assert "<th>leader/workers</th>" in page
+    assert all(f"{e['role']}: {e['pod']} on {e['node']}" in page for e in layout), layout
+
+
+def test_multinode_worker_on_lws_has_a_leader_and_a_worker(lws_target: Target) -> None:
+    target = lws_target
+    run = target.run(target.experiment("dgd-multinode.yaml", support={}, gpu_ceiling=16))
+    assert run.ledger()["preflight"]["platform"]["needs"]["orchestrator"] == "lws"
+    led = assert_ready(run, target, dgd_name="e2e-multinode", served="qwen3-multinode", gpus=16)
+    assert_leader_and_worker(run, led["readiness"]["components"]["TrtllmWorker"])
 
 
 def test_gaie_direct_routing_is_reached_on_a_worker_pod_with_the_instance_id(target: Target) -> None:

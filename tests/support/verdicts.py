@@ -104,6 +104,7 @@ class Scenario:
     # The test of tests/e2e/test_deploy_offline.py that already proves this class in `make test`
     # on the default profile: here it runs in the full matrix only (`make test-all`, the bench).
     covered_by: str = ""
+    gpu_ceiling: int | None = None  # the workload's resources.gpu_ceiling, when the sample's 8 is too few
 
 
 @dataclass
@@ -141,7 +142,7 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
     path.write_text(yaml.safe_dump(scenario.dgd(), sort_keys=False))
     if scenario.setup is not None:
         scenario.setup(target)
-    exp = target.experiment(path, support={})
+    exp = target.experiment(path, support={}, gpu_ceiling=scenario.gpu_ceiling)
     try:
         suite = target.run(exp, f"--timeout-readiness={READINESS_S:.0f}", "--timeout-readiness-no-progress=120")
     finally:  # the operator's and the serving's switches are keyed by namespace/DGD: never left behind
@@ -318,6 +319,10 @@ def _with(mutate: Callable[[dict[str, Any]], None]) -> Callable[[], dict[str, An
     return make
 
 
+def _nine_gpus(dgd: dict[str, Any]) -> None:
+    worker(dgd)["resources"]["limits"]["gpu"] = "9"  # the nodes have 8
+
+
 def _multinode() -> dict[str, Any]:
     dgd = base_dgd(gpus=1)
     worker(dgd)["multinode"] = {"nodeCount": 2}
@@ -350,6 +355,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     # event), older ones write the DGD failed with the apiserver's text.
     Scenario("invalid-template-at-dcd", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
              setup=_operator_fault("invalid-template"), evidence=("FailedCreate", "status")),
+    # On Grove + KAI: KAI's own words (`Unschedulable`, "No nodes with enough resources were found").
+    Scenario("oversized-under-kai", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
+             _unmodelled(_nine_gpus), profiles=("latest",), orchestrators=("grove",), gpu_ceiling=16,
+             evidence=("Unschedulable", "FailedScheduling")),
     Scenario("no-multinode-orchestrator", Expected("blocked", "step2_validate", "platform", False), _multinode),
     # Recovering classes: no false verdict.
     Scenario("transient-failed-recovers", Expected("ready", "step7_smoke", "ready", False),
