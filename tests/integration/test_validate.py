@@ -37,6 +37,7 @@ from deploy_suite.validate import DGD_CRD, ValidationInputs, ValidationReport, v
 from fixtures.cluster import ClusterPool
 from fixtures.identities import Identity
 from tests.integration import replica
+from tests.integration.replica import namespace as temp_namespace
 
 # Every capacity outcome below is exact, so each test starts with the default cluster's H200 GPUs free.
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("free_h200")]
@@ -183,14 +184,6 @@ def assert_no_canary(report: ValidationReport, probe: Probe, staged: Staged, aud
         assert CANARY not in text and encoded not in text, f"the secret value leaked into the {where}"
 
 
-@contextmanager
-def temp_namespace(kube: Kube) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    try:
-        yield name
-    finally:
-        kube.delete("Namespace", name)
 
 
 # ------------------------------------------------------------------ the audit log
