@@ -350,7 +350,7 @@ def _with_model(exp: Experiment, model_arg: str, precision: str | None = "bf16")
         ("--model org/Model --dtype bfloat16", ["model-download-fp8.yaml", "model-download-bf16.yaml"],
          "model-download-bf16.yaml"),
         ("--model org/Model", ["model-download.yaml", "model-download-fp8.yaml"], "model-download.yaml"),
-        # Issue 13: an FP4 model with an FP8 KV cache downloads the FP4 weights (KV dtype is not model precision).
+        # An FP4 model with an FP8 KV cache downloads the FP4 weights (KV dtype is not model precision).
         ("--model nvidia/DeepSeek-R1-FP4 --kv-cache-dtype fp8",
          ["model-download-fp8.yaml", "model-download-nvfp4.yaml"], "model-download-nvfp4.yaml"),
         # --dtype is the activation dtype: it speaks only when the model name and quantization flags do not.
