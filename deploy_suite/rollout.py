@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy_suite import clock, conditions, evidence, experiment, ownership, resume, yamlio
-from deploy_suite.constants import DGD_KIND, LABEL_COMPONENT, LABEL_DGD_NAME, LABEL_JOB_NAME, LABEL_SELECTOR
+from deploy_suite import clock, conditions, deployed, evidence, experiment, ownership, resume, yamlio
+from deploy_suite.constants import DGD_KIND, LABEL_JOB_NAME
 from deploy_suite.dgd import Dgd, from_documents, load_dgd
 from deploy_suite.errors import Forbidden, KubeError, PlatformFault, StepBlocked, StepFailure, WaitTimeout
 from deploy_suite.kube import DGD, Kube, Obj
@@ -483,18 +483,7 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
                     allocated_at=ready.allocated_at, contention=ready.contention,
                     last_progress=_progress(ready, started), generation_rule=ready.generation_rule,
                     reconcile_errors=ready.reconcile_errors)
-    pods = list(state.collections["pods"].values())
-    for comp in dgd.components:
-        mine = [p for p in pods if _belongs(p, dgd.name, comp.name)]
-        out.components[comp.name] = {"expected": expected[comp.name], "ready": sum(map(conditions.pod_ready, mine)),
-                                     "pods": sorted(p["metadata"]["name"] for p in mine),
-                                     "nodes": sorted({p["spec"].get("nodeName", "") for p in mine})}
-        roles = {p["metadata"]["name"]: role for p in mine if (role := multinode_role(p)) is not None}
-        if roles:  # a multinode component: which pod leads, on which node
-            out.components[comp.name]["layout"] = [
-                {"pod": name, "role": roles[name], "node": next(p["spec"].get("nodeName", "") for p in mine
-                                                                if p["metadata"]["name"] == name)}
-                for name in sorted(roles, key=lambda n: (roles[n] != "leader", n))]
+    out.components = deployed.components(list(state.collections["pods"].values()), dgd, expected)
     service = dgd.frontend_service
     if frontend_expected and service and kube.get_or_none("Service", service, namespace) is None:
         raise StepFailure(f"frontend Service {service} is missing", "missing-frontend-service")
@@ -511,46 +500,6 @@ def _progress(ready: conditions.DgdReady, started: float) -> dict[str, Any]:
 
 def _progress_line(ready: conditions.DgdReady, started: float) -> str:
     return f"{ready.last_progress} at {ready.last_progress_at} ({ready.progress_mono - started:.0f}s after the start)"
-
-
-def multinode_role(pod: Obj) -> str | None:
-    """``leader`` or ``worker`` of a multinode pod, by the labels each orchestrator puts on it
-    (docs/operator-generations.md): the operator's ``role`` (LWS path), LWS's worker index (0 leads),
-    Grove's clique name (``<component>-ldr``/``-wkr``); None for a single-node pod."""
-    labels = pod["metadata"].get("labels") or {}
-    if labels.get("role") in {"leader", "worker"}:
-        return str(labels["role"])
-    index = labels.get("leaderworkerset.sigs.k8s.io/worker-index")
-    if index is not None:
-        return "leader" if str(index) == "0" else "worker"
-    clique = str(labels.get("grove.io/podclique") or "")
-    return "leader" if clique.endswith("-ldr") else "worker" if clique.endswith("-wkr") else None
-
-
-def _belongs(pod: Obj, dgd_name: str, component: str) -> bool:
-    """A pod of ``component``: the operator's component label, or its selector label."""
-    labels = pod["metadata"].get("labels") or {}
-    return labels.get(LABEL_COMPONENT) == component or labels.get(LABEL_SELECTOR) == f"{dgd_name}-{component.lower()}"
-
-
-def config_engagement(kube: Kube, namespace: str, dgd: Dgd) -> list[dict[str, Any]]:
-    """The deployed pods' spec fields that carry the candidate's knobs (image, args, GPUs, selector)."""
-    pods, _ = kube.list_items("Pod", namespace, label_selector=f"{LABEL_DGD_NAME}={dgd.name}")
-    evidence = []
-    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        containers = pod["spec"]["containers"]
-        main = next((c for c in containers if c.get("name") == "main"), containers[0])
-        evidence.append({
-            "pod": pod["metadata"]["name"],
-            "component": (pod["metadata"].get("labels") or {}).get(LABEL_COMPONENT),
-            "node": pod["spec"].get("nodeName"),
-            "image": main.get("image"),
-            "command": main.get("command"),
-            "args": main.get("args"),
-            "gpus": conditions.gpus_of(pod),
-            "nodeSelector": pod["spec"].get("nodeSelector"),
-        })
-    return evidence
 
 
 def readiness(run: RunState, kube: Kube) -> Readiness:
@@ -592,7 +541,7 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
             failed.torn_down_at = failed.teardown["pods_gone_at"]
         exc.result = failed
         raise
-    out.config_engagement = config_engagement(kube, run.namespace, dgd)
+    out.config_engagement = deployed.config_engagement(kube, run.namespace, dgd)
     return out
 
 

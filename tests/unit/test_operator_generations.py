@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from deploy_suite import conditions, operator_status, rollout
+from deploy_suite import conditions, deployed, operator_status, rollout
 from deploy_suite.constants import PLATFORM_GRACE_S
 from deploy_suite.errors import PlatformFault, StepBlocked, StepFailure, Unavailable
 from deploy_suite.kube import DGD, Kube, status_error
@@ -266,7 +266,7 @@ def test_refusals_that_are_not_this_dgds_or_are_history_are_not_judged(fake, eve
     ({"nvidia.com/dynamo-component": "Frontend"}, None),
 ])
 def test_a_multinode_pods_role_is_read_from_its_orchestrators_labels(labels: dict[str, str], role: str | None):
-    assert rollout.multinode_role({"metadata": {"name": "p", "labels": labels}}) == role
+    assert deployed.multinode_role({"metadata": {"name": "p", "labels": labels}}) == role
 
 
 def test_an_invalid_template_the_api_server_refuses_is_a_failed_attempt_at_first_sight(fake) -> None:
