@@ -46,6 +46,7 @@ bench: venv binaries  ## benchmarks; figures go to docs/performance.md
 	$(PY) bench/bench_capacity.py
 	$(PY) bench/bench_e2e.py --pairs 5
 	$(PY) bench/bench_experiment_page.py
+	$(PY) bench/bench_time_to_verdict.py
 
 figures: venv binaries  ## the reliability and security figures of docs/reliability.md and docs/security.md
 	$(PY) bench/reliability_security_figures.py
