@@ -18,7 +18,7 @@ the budget does not allow. :class:`BudgetState` is the ledger's ``budget`` secti
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,14 +76,15 @@ def _limit(budgets: Mapping[str, Any], name: str) -> float | None:
 
 
 def assess(exp_root: Path, budgets: Mapping[str, Any] | None, candidate_gpus: int,
-           now: _dt.datetime | None = None) -> BudgetState:
+           now: _dt.datetime | None = None,
+           summaries: Sequence[experiment.LedgerSummary] | None = None) -> BudgetState:
     """The budget state of the experiment at ``now`` (default: the clock's now), and a blocker for
     each spent budget. The experiment page passes its last ledger write, so an archived experiment
-    reads the same tomorrow."""
+    reads the same tomorrow; ``summaries``: the experiment's ledgers, when the caller read them."""
     budgets = budgets or {}
     now = now or clock.now()
     failed, gpu_hours, failed_notes, gpu_notes = 0, 0.0, [], []
-    for led in experiment.ledgers(exp_root):
+    for led in experiment.ledgers(exp_root) if summaries is None else summaries:
         count = experiment.failed_deploys(led)
         if count:
             failed += count

@@ -95,6 +95,11 @@ def iso_now() -> str:
     return iso(now())
 
 
+def iso_now_precise() -> str:
+    """UTC timestamp to the microsecond, trailing Z (a verdict's time, compared with audit logs)."""
+    return now().astimezone(_dt.UTC).isoformat().replace("+00:00", "Z")
+
+
 def iso(at: _dt.datetime) -> str:
     """``at`` as written into ledgers: UTC, second precision, trailing Z."""
     return at.astimezone(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from deploy_suite import clock, operator_status, triage, triage_objects
 from deploy_suite.constants import GPU_RESOURCE, LABEL_DGD_NAME, LABEL_JOB_NAME
@@ -123,6 +123,14 @@ class PendingTriage:
             verdict = triage.triage_containers(pod, causes[-2:]) or verdict
         self._pulls[name] = (stamp, verdict)
         return verdict
+
+
+def stop(verdict: triage.Verdict) -> NoReturn:
+    """A verdict waiting cannot help ends the wait: blocked when the platform is at fault, else a
+    failure, a failed attempt when the manifest can never run as written (its action)."""
+    blocked_by_platform(verdict)
+    raise StepFailure(verdict.diagnosis, verdict.category, verdict.evidence,
+                      failed_attempt=verdict.action == triage.FAILED_ATTEMPT)
 
 
 def blocked_by_platform(verdict: triage.Verdict) -> None:
@@ -357,23 +365,21 @@ class DgdReady:
         created = clock.parse_iso(((obj or {}).get("metadata") or {}).get("creationTimestamp"))
         told: dict[tuple[str, str], list[Obj]] = {}
         for raw in events:
-            event = triage_objects.normalized(raw)
-            involved = event["involvedObject"]
+            involved = raw.get("involvedObject") or raw.get("regarding") or {}
             kind, name = str(involved.get("kind") or ""), str(involved.get("name") or "")
+            if kind not in BELOW_DGD or not self._is_child(kind, name):
+                continue
+            event = triage_objects.normalized(raw)
             when = clock.parse_iso(triage.event_time(event))
-            recent = created is None or when is None or when >= created
-            if kind in BELOW_DGD and self._is_child(kind, name) and recent:
+            if created is None or when is None or when >= created:
                 told.setdefault((kind, name), []).append(event)
         for (kind, name), said in told.items():
             verdict = triage_objects.triage_object(kind, name, None, said, self.triage.recheck_s)
             if verdict is None:
                 continue
-            if verdict.can_wait:
-                self._note_wait(f"{kind}/{name}", verdict, True)
-                continue
-            blocked_by_platform(verdict)
-            raise StepFailure(verdict.diagnosis, verdict.category, verdict.evidence,
-                              failed_attempt=verdict.category in {triage.FAILED_DEPLOY, triage.CRASH})
+            if not verdict.can_wait:
+                stop(verdict)
+            self._note_wait(f"{kind}/{name}", verdict, True)
 
     def _judge_pod(self, pod: Obj) -> None:
         if self.allocated_at is None and pod["spec"].get("nodeName") and gpus_of(pod) > 0:
@@ -384,12 +390,9 @@ class DgdReady:
         for verdict, once in ((self.triage.containers(pod), True), (self.triage.verdict(pod), False)):
             if verdict is None:
                 continue
-            if verdict.can_wait:
-                self._note_wait(pod["metadata"]["name"], verdict, once)
-                continue
-            blocked_by_platform(verdict)
-            raise StepFailure(verdict.diagnosis, verdict.category, verdict.evidence,
-                              failed_attempt=verdict.category in {triage.FAILED_DEPLOY, triage.CRASH})
+            if not verdict.can_wait:
+                stop(verdict)
+            self._note_wait(pod["metadata"]["name"], verdict, once)
 
     def _note_wait(self, pod: str, verdict: Verdict, once: bool) -> None:
         """Contention, an unclassified scheduler verdict or a pull being retried, recorded."""

@@ -34,3 +34,7 @@ LABEL_JOB_NAME = "job-name"
 # How long the wait loop retries a platform fault (an unreachable webhook of the operator) before it
 # blocks the run (docs/operator-generations.md, "Platform faults").
 PLATFORM_GRACE_S = 30.0
+
+# The API server's words when it cannot call a webhook (the operator's admission or conversion
+# webhook): a platform fault, not a judgement on the manifest (docs/operator-generations.md).
+WEBHOOK_UNREACHABLE = r"conversion webhook for .{1,200}? failed|failed calling webhook|failed to call webhook"

@@ -155,8 +155,8 @@ def diff(before: Dgd, after: Dgd, pinned: Iterable[str] = ()) -> DgdDiff:
             changes = component_changes(old[name], new[name])
             if changes:
                 comps.append(ComponentDiff(name, "changed", tuple(changes)))
-    a, b = knobs.read(before), knobs.read(after)
-    changed = tuple(KnobChange(n, a[n], b[n], n in pinned_set) for n in knobs.KNOBS if a[n] != b[n])
-    unchanged = tuple(sorted(n for n in pinned_set if a[n] == b[n]))
+    moved = knobs.changed_knobs(before, after, knobs.KNOBS)
+    changed = tuple(KnobChange(n, *moved[n], n in pinned_set) for n in moved)
+    unchanged = tuple(sorted(pinned_set - moved.keys()))
     renamed = (before.name, after.name) if before.name != after.name else None
     return DgdDiff(tuple(comps), changed, unchanged, renamed)

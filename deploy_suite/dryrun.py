@@ -23,16 +23,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from deploy_suite import ownership, resume
-from deploy_suite.constants import DGD_KIND
+from deploy_suite.constants import DGD_KIND, WEBHOOK_UNREACHABLE
 from deploy_suite.errors import Forbidden, KubeError
 from deploy_suite.kube import DGD, Kube, Obj
 from deploy_suite.platform import PLATFORM, Verdicts
 
 # How an apiserver says it could not reach a webhook (admission or conversion), as opposed to a
 # webhook's own refusal ("admission webhook ... denied the request").
-_UNREACHABLE = re.compile(r"failed calling webhook|failed to call webhook|connection refused|no endpoints available"
-                          r"|context deadline exceeded|conversion webhook for [^:]+? failed|no route to host"
-                          r"|i/o timeout|x509: certificate", re.IGNORECASE)
+_UNREACHABLE = re.compile(WEBHOOK_UNREACHABLE + r"|connection refused|no endpoints available"
+                          r"|context deadline exceeded|no route to host|i/o timeout|x509: certificate", re.IGNORECASE)
 _HOOK_NAME = re.compile(r'(?:calling|call) webhook "([^"]+)"|conversion webhook for ([^:]+?) failed'
                         r'|service "([^"]+)"', re.IGNORECASE)
 WEBHOOK_FIX = ("the Dynamo operator's webhook is unreachable: check the operator pod and its webhook Service's "

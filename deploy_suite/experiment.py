@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _summary(path: Path, data: dict[str, Any]) -> LedgerSummary:
+def summarize(path: Path, data: dict[str, Any]) -> LedgerSummary:
     resumes = [r for r in data.get("resumes") or [] if isinstance(r, dict)]
     failed_runs = (data.get("status") == "failed") + sum(r.get("previous_status") == "failed" for r in resumes)
     spans = tuple(dict(a) for a in data.get("allocations") or [] if isinstance(a, dict))
@@ -109,14 +110,15 @@ def ledger_documents(exp_root: Path) -> list[tuple[Path, dict[str, Any]]]:
 
 
 def ledgers(exp_root: Path) -> list[LedgerSummary]:
-    return [_summary(path, data) for path, data in ledger_documents(exp_root)]
+    return [summarize(path, data) for path, data in ledger_documents(exp_root)]
 
 
-def other_live_gpus(exp_root: Path, current_root: Path, retiring_root: Path | None) -> tuple[int, list[str]]:
+def other_live_gpus(exp_root: Path, current_root: Path, retiring_root: Path | None,
+                    summaries: Sequence[LedgerSummary] | None = None) -> tuple[int, list[str]]:
     """GPUs still held by this experiment's other live DGDs (ready, not torn down), except the one
-    step 3 retires before the apply."""
+    step 3 retires before the apply; ``summaries``: the experiment's ledgers, when already read."""
     total, names = 0, []
-    for led in ledgers(exp_root):
+    for led in ledgers(exp_root) if summaries is None else summaries:
         root = led.path.parent.resolve()
         if root == current_root.resolve() or (retiring_root is not None and root == retiring_root.resolve()):
             continue

@@ -37,6 +37,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from deploy_suite import clock, watch, yamlio
+from deploy_suite.constants import WEBHOOK_UNREACHABLE
 from deploy_suite.errors import (
     Conflict,
     Forbidden,
@@ -86,7 +87,7 @@ _BY_STATUS: dict[int, type[KubeError]] = {404: NotFound, 403: Forbidden, 409: Co
 
 
 # The API server's words when a webhook behind it cannot be called (docs/operator-generations.md).
-_PLATFORM = re.compile(r"conversion webhook for .{1,200}? failed|failed calling webhook|failed to call webhook", re.I)
+_PLATFORM = re.compile(WEBHOOK_UNREACHABLE, re.I)
 
 
 def status_error(status: int, what: str, message: str, reason: str = "", body: str = "") -> KubeError:

@@ -12,7 +12,6 @@ Three facts decide a verdict, and each differs by operator generation:
 * **Whether ``state: failed`` is a verdict.** The operator writes any reconcile error as
   ``failed`` until the next reconcile, transient 409 conflicts included. A known-permanent text is
   a verdict at once; anything else is one only when it persists for a grace period.
-* **Which components the status lists** (``services`` in v1alpha1, ``components`` in v1beta1).
 
 Pure logic over plain JSON dicts; imports only leaves.
 """
@@ -20,7 +19,7 @@ Pure logic over plain JSON dicts; imports only leaves.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,16 +90,3 @@ def generation(obj: Obj, field_manager: str | None) -> Generation:
     if applied is not None and since is not None and since >= applied:
         return Generation(True, "ready-after-apply")
     return Generation(False, "stale")
-
-
-def components(status: Obj) -> dict[str, Obj]:
-    """Per-component status by component name: v1alpha1 ``services``, v1beta1 ``components``
-    (a map, or a list of entries with ``name``)."""
-    raw: Any = status.get("components")
-    if raw is None:
-        raw = status.get("services")
-    if isinstance(raw, Mapping):
-        return {str(k): v for k, v in raw.items() if isinstance(v, Mapping)}
-    if isinstance(raw, Sequence) and not isinstance(raw, str):
-        return {str(e.get("name") or e.get("componentName")): e for e in raw if isinstance(e, Mapping)}
-    return {}

@@ -207,7 +207,7 @@ class PlatformCheck:
                            OPERATOR_FIX.format(ns=meta.get("namespace"), name=meta.get("name")))
 
     def _operator_by_service(self, services: list[tuple[str, str]]) -> tuple[Obj, str] | None:
-        for ns, name in services:
+        for ns, name in dict.fromkeys(services):  # one operator Service often serves every webhook
             svc = self.kube.get_or_none("Service", name, ns)
             selector = ((svc or {}).get("spec") or {}).get("selector") or {}
             if not selector:

@@ -108,8 +108,8 @@ def _workload(root: Path, iterations: Sequence[Iteration]) -> Mapping[str, Any]:
 def load(exp_root: Path) -> Experiment:
     """Everything the page shows, from the experiment tree alone."""
     root = exp_root.resolve()
-    iterations = tuple(sorted((Iteration(p, d) for p, d in experiment.ledger_documents(root)),
-                              key=lambda i: i.number))
+    documents = experiment.ledger_documents(root)
+    iterations = tuple(sorted((Iteration(p, d) for p, d in documents), key=lambda i: i.number))
     work = _workload(root, iterations)
     pinned = workload.lookup(work, "resources.pinned")
     budgets = workload.lookup(work, "budgets")
@@ -119,7 +119,8 @@ def load(exp_root: Path) -> Experiment:
     state = None
     if as_of is not None:
         try:
-            state = budget.assess(root, budgets if isinstance(budgets, Mapping) else {}, 0, now=as_of)
+            state = budget.assess(root, budgets if isinstance(budgets, Mapping) else {}, 0, now=as_of,
+                                  summaries=[experiment.summarize(p, d) for p, d in documents])
         except InputError:  # a manifest.yaml that does not parse: the rest of the page still renders
             state = None
     return Experiment(root, experiment.experiment_id(root), iterations,
@@ -346,39 +347,27 @@ def _changes(exp: Experiment, links: Links) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _at(value: object) -> _dt.datetime | None:
-    return clock.parse_iso(value) if isinstance(value, str) and value else None
-
-
 def _lane(it: Iteration, retired_by: str | None, last: _dt.datetime | None) -> Lane:
     steps = []
     for s in get_list(it.data, "steps"):
-        start = _at(s.get("started_at")) if isinstance(s, Mapping) else None
+        start = clock.parse_iso(s.get("started_at")) if isinstance(s, Mapping) else None
         if start is None:
             continue
         took = s.get("duration_s")
         end = (start + _dt.timedelta(seconds=float(took)) if isinstance(took, int | float)
-               else _at(s.get("ended_at")) or start)
+               else clock.parse_iso(s.get("ended_at")) or start)
         steps.append(Span(start, end, f"{it.deploy_id} {s.get('name')} ({s.get('outcome')})",
                           STEP_COLOURS.get(str(s.get("name")), "#6e7781"), s.get("outcome") in ("failed", "blocked")))
-    spans = resume.intervals(it.data)
-    allocs = []
-    for i, span in enumerate(spans):
-        began = _at(span.get("allocated_at"))
-        ended = _at(span.get("released_at"))
-        if ended is None and i == len(spans) - 1:
-            ended = _at(it.data.get("torn_down_at"))
-        if began is not None:
-            held = ended is None
-            allocs.append(Span(began, ended or last or began, f"{it.deploy_id} GPUs held"
-                               + (" (still held at the last ledger write)" if held else ""), ALLOCATION_COLOUR))
-    holds = (_at(h.get("at")) for h in get_list(it.data, "hold_decisions") if isinstance(h, Mapping))
-    return Lane(it.deploy_id, tuple(steps), tuple(allocs), _at(it.data.get("torn_down_at")), retired_by,
+    allocs = [Span(began, ended or last or began, f"{it.deploy_id} GPUs held"
+                   + (" (still held at the last ledger write)" if ended is None else ""), ALLOCATION_COLOUR)
+              for began, ended in resume.spans(it.data)]
+    holds = (clock.parse_iso(h.get("at")) for h in get_list(it.data, "hold_decisions") if isinstance(h, Mapping))
+    return Lane(it.deploy_id, tuple(steps), tuple(allocs), clock.parse_iso(it.data.get("torn_down_at")), retired_by,
                 tuple(h for h in holds if h is not None))
 
 
 def _timeline(exp: Experiment) -> str:
-    last = _at(exp.as_of)
+    last = clock.parse_iso(exp.as_of)
     retirers: dict[str, str] = {}
     for it in exp.iterations:
         retired = get_map(it.data, "retired_previous")

@@ -99,6 +99,22 @@ def reopen(data: MutableMapping[str, Any]) -> str | None:
     return str(torn)
 
 
+def spans(data: Mapping[str, Any]) -> list[tuple[datetime, datetime | None]]:
+    """The allocation intervals as (start, end): the last open one ends at ``torn_down_at``; an
+    end that is None is still held (or unreadable); an interval without a readable start is left out."""
+    found = intervals(data)
+    out: list[tuple[datetime, datetime | None]] = []
+    for index, span in enumerate(found):
+        start = clock.parse_iso(span.get("allocated_at"))
+        if start is None:
+            continue
+        end = span.get("released_at")
+        if end is None and index == len(found) - 1:
+            end = data.get("torn_down_at")
+        out.append((start, clock.parse_iso(end)))
+    return out
+
+
 def gpu_hours(data: Mapping[str, Any], now: str | datetime | None = None) -> float:
     """GPUs requested x the sum of the allocation intervals; the last open one ends at
     ``torn_down_at``, or ``now`` while the DGD still holds its GPUs. The one GPU-hours computation:
@@ -107,15 +123,6 @@ def gpu_hours(data: Mapping[str, Any], now: str | datetime | None = None) -> flo
     undercounts a live allocation."""
     gpus = data.get("gpus_requested")
     gpus = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else 0
-    spans = intervals(data)
     end_now = (now if isinstance(now, datetime) else clock.parse_iso(now)) or clock.now()
-    seconds = 0.0
-    for index, span in enumerate(spans):
-        start = clock.parse_iso(span.get("allocated_at"))
-        if start is None:
-            continue
-        end = span.get("released_at")
-        if end is None and index == len(spans) - 1:
-            end = data.get("torn_down_at")
-        seconds += max(0.0, ((clock.parse_iso(end) or end_now) - start).total_seconds())
+    seconds = sum(max(0.0, ((end or end_now) - start).total_seconds()) for start, end in spans(data))
     return round(gpus * seconds / 3600.0, 6)

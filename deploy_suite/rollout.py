@@ -488,7 +488,7 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
     if frontend_expected and service and kube.get_or_none("Service", service, namespace) is None:
         raise StepFailure(f"frontend Service {service} is missing", "missing-frontend-service")
     out.seconds = round(clock.monotonic() - started, 3)
-    out.verdict_at = clock.now().isoformat().replace("+00:00", "Z")
+    out.verdict_at = clock.iso_now_precise()
     return out
 
 
@@ -522,7 +522,7 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
                          on_progress=run.progress, on_allocated=allocated, no_progress_s=t.readiness_no_progress_s,
                          failed_grace_s=t.reconcile_error_grace_s)
     except (StepFailure, StepBlocked) as exc:
-        verdict_at = clock.now().isoformat().replace("+00:00", "Z")
+        verdict_at = clock.iso_now_precise()
         progress = exc.result if isinstance(exc.result, dict) else None
         # A platform fault (StepBlocked) is not the candidate's attempt: kept, never a failed attempt.
         failed = Readiness(exc.category if isinstance(exc, StepFailure) else exc.cls, diagnosis=str(exc),

@@ -401,15 +401,6 @@ def pod_gpus(pod_spec: Mapping[str, Any], resource: str) -> int | None:
     return max(regular + sidecars, init_peak)
 
 
-def pod_gpus_or_problem(pod_spec: Mapping[str, Any], resource: str, path: str, problems: list[str]) -> int:
-    """:func:`pod_gpus`, with a count that is not a whole number recorded as a problem (and 0)."""
-    count = pod_gpus(pod_spec, resource)
-    if count is None:
-        problems.append(f"{path}: a {resource} count is not a whole number")
-        return 0
-    return count
-
-
 def check_dra(
     rd: FieldReader,
     pod_spec: Mapping[str, Any],

@@ -405,14 +405,12 @@ def _gate_listed(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: Sm
     return False
 
 
-# What a frontend answers while a listed model is not routable yet (docs/operator-generations.md):
-# 503 "Model not ready", or a 500/404 for seconds right after registration.
-_NOT_READY_CODES = frozenset({500, 503, 404})
-
-
 def _not_ready_yet(code: int, body: Any) -> bool:
-    text = json.dumps(body).lower()
-    return code in _NOT_READY_CODES and ("not ready" in text or "not found" in text or code in {500, 503})
+    """What a frontend answers while a listed model is not routable yet (docs/operator-generations.md):
+    503 "Model not ready", or a 500, or a 404 "not found" for seconds right after registration."""
+    if code in {500, 503}:
+        return True
+    return code == 404 and any(w in json.dumps(body).lower() for w in ("not ready", "not found"))
 
 
 def _gate_chat(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: SmokeResult, headers: dict[str, str],

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from deploy_suite import operator_status
+from deploy_suite.constants import WEBHOOK_UNREACHABLE
 
 FAILED_DEPLOY = "failed-deploy"
 CONTENTION = "contention"
@@ -77,8 +78,7 @@ class Words:
 
 # A component of the platform does not answer: no candidate can fix that.
 _PLATFORM = re.compile(
-    r"conversion webhook for .* failed|failed calling webhook|failed to call webhook|"
-    r"no endpoints available for service|"
+    WEBHOOK_UNREACHABLE + r"|no endpoints available for service|"
     r"failed to prepare dynamic resources|nvidia-container-cli|error running hook", re.IGNORECASE)
 
 # Fragments of a scheduler's per-node reasons (kube-scheduler "<n> node(s) ...", Volcano "plugin X

@@ -565,7 +565,9 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
     the :class:`Preflight`, which the ledger plugin records) when any gate failed."""
     prev = run.previous
     baseline = next((p for p in contract_dgd_candidates(run.workload.dgd_path, run.exp_root) if p.is_file()), None)
-    live, live_names = experiment.other_live_gpus(run.exp_root, run.deploy_root, prev.root if prev else None)
+    summaries = experiment.ledgers(run.exp_root)  # read once: the live GPUs and the budgets
+    live, live_names = experiment.other_live_gpus(run.exp_root, run.deploy_root, prev.root if prev else None,
+                                                  summaries)
     workload = dict(run.workload.data)
     if run.settings.storage_class:  # --storage-class overrides the workload's
         workload["kubernetes"] = {**(workload.get("kubernetes") or {}), "storage_class": run.settings.storage_class}
@@ -579,7 +581,8 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
         own=own_live_dgd(run, kube), other_live_gpus=live, own_uid=resume.recorded_uid(run.ledger.data),
         retiring_uid=prev.applied_uid if prev else None))
     # Budgets last: a spent one is the line the step stops with, before step 3 retires anything.
-    spent = budget.assess(run.exp_root, run.workload.data.get("budgets"), report.gpus_requested)
+    spent = budget.assess(run.exp_root, run.workload.data.get("budgets"), report.gpus_requested,
+                          summaries=summaries)
     for cls, message, fix in spent.blockers:
         report.block(cls, message, fix)
     result = Preflight(report, run.settings.served_model or report.served_model, report.frontend_service,

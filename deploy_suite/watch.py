@@ -177,8 +177,9 @@ class ListWatch:
                 # An unreachable webhook of the platform is retried for a bounded grace only: past
                 # it, the wait stops with the fault (docs/operator-generations.md, "Platform faults").
                 if isinstance(err, PlatformFault):
-                    since = self.platform_since = self.platform_since or clock.monotonic()
-                    if clock.monotonic() - since >= PLATFORM_GRACE_S:
+                    if self.platform_since is None:
+                        self.platform_since = clock.monotonic()
+                    if clock.monotonic() - self.platform_since >= PLATFORM_GRACE_S:
                         raise
                 else:
                     self.platform_since = None

@@ -32,7 +32,6 @@ class Workload:
     dgd_sha256: str
     gpu_ceiling: int | None
     pinned: tuple[str, ...]
-    max_failed_deploys: float | None
     precision: str | None = None  # preferences.precision: one of the two voices picking the download variant
     gpu_types: tuple[str, ...] = ()  # hardware[].gpu_type: the SKUs step 2 expects the GPU pods to land on
 
@@ -162,7 +161,6 @@ def parse_workload(documents: Sequence[Any], input_name: str = "--workload user_
     storage_class = lookup(data, "kubernetes.storage_class")
     gpu_ceiling = lookup(data, "resources.gpu_ceiling")
     pinned = lookup(data, "resources.pinned")
-    max_failed = lookup(data, "budgets.max_failed_deploys")
     precision = lookup(data, "preferences.precision")
     return Workload(
         data=data,
@@ -173,7 +171,6 @@ def parse_workload(documents: Sequence[Any], input_name: str = "--workload user_
         dgd_sha256=data["deployment"]["dgd_sha256"],
         gpu_ceiling=gpu_ceiling if gpu_ceiling is not MISSING else None,
         pinned=tuple(pinned) if pinned is not MISSING else (),
-        max_failed_deploys=max_failed if max_failed is not MISSING else None,
         precision=(precision or None) if precision is not MISSING else None,
         gpu_types=tuple(entry["gpu_type"] for entry in hardware),
     )

@@ -59,6 +59,9 @@ LABEL_FAULT = "deploy-suite.local/fault"
 # How long a crashed container "backs off" before the next simulated restart (kubelet starts at 10s).
 CRASH_BACKOFF_MS = 10000
 WAITING_FAULTS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
+# A pod none of these faults has caught yet (each such Stage acts once per pod).
+_NOT_WAITING = {"key": ".status.containerStatuses.[].state.waiting.reason", "operator": "NotIn",
+                "values": list(WAITING_FAULTS)}
 
 # ConfigMaps the controllers process reads (data keys ``<namespace>.<dgd>``), and the one where
 # `cluster up` records the webhook server's base URL and CA bundle.
@@ -259,9 +262,7 @@ def image_pull(name: str, selector: Sequence[Expression], reason: str = "ImagePu
     if reason not in _IMAGE_MESSAGES:
         raise ValueError(f"reason {reason!r} is not one of {sorted(_IMAGE_MESSAGES)}")
     template = _IMAGE_TEMPLATE.replace("REASON", reason).replace("MESSAGE", _IMAGE_MESSAGES[reason])
-    not_waiting = {"key": ".status.containerStatuses.[].state.waiting.reason", "operator": "NotIn",
-                   "values": list(WAITING_FAULTS)}
-    return Fault(name, (_stage(name, [*selector, *_alive(["Pending"]), not_waiting], template),))
+    return Fault(name, (_stage(name, [*selector, *_alive(["Pending"]), _NOT_WAITING], template),))
 
 
 def missing_secret_key(name: str, selector: Sequence[Expression], secret: str, key: str) -> Fault:
@@ -271,9 +272,7 @@ def missing_secret_key(name: str, selector: Sequence[Expression], secret: str, k
     words = f"couldn't find key {key} in Secret %s/{secret}"
     template = _IMAGE_TEMPLATE.replace("REASON", "CreateContainerConfigError").replace(
         '{{ printf "MESSAGE" $c.image | Quote }}', f'{{{{ printf "{words}" $root.metadata.namespace | Quote }}}}')
-    not_waiting = {"key": ".status.containerStatuses.[].state.waiting.reason", "operator": "NotIn",
-                   "values": list(WAITING_FAULTS)}
-    return Fault(name, (_stage(name, [*selector, *_alive(["Pending"]), not_waiting], template),))
+    return Fault(name, (_stage(name, [*selector, *_alive(["Pending"]), _NOT_WAITING], template),))
 
 
 def slow_start(name: str, selector: Sequence[Expression], start_s: float, ready_s: float | None) -> Fault:
@@ -282,9 +281,7 @@ def slow_start(name: str, selector: Sequence[Expression], start_s: float, ready_
     (an engine that died while its API server lives on: Running, not Ready, no crash)."""
     not_ready = {"key": '.status.conditions.[] | select( .type == "Ready" ) | .status', "operator": "NotIn",
                  "values": ["True"]}
-    not_waiting = {"key": ".status.containerStatuses.[].state.waiting.reason", "operator": "NotIn",
-                   "values": list(WAITING_FAULTS)}
-    stages = [_stage(name, [*selector, *_alive(["Pending"]), not_ready, not_waiting], _STARTED_TEMPLATE,
+    stages = [_stage(name, [*selector, *_alive(["Pending"]), not_ready, _NOT_WAITING], _STARTED_TEMPLATE,
                      delay_ms=int(start_s * 1000))]
     if ready_s is not None:
         started = _in(".status.containerStatuses.[].started", "true")

@@ -24,6 +24,8 @@ import copy
 import json
 from typing import Any
 
+from deploy_suite.offline.operator_sim.plan import merge_env
+
 Obj = dict[str, Any]
 
 ALPHA = "nvidia.com/v1alpha1"
@@ -37,13 +39,9 @@ SPLIT_TYPES = ("prefill", "decode")
 def _main_from_alpha(spec: Obj, svc: Obj) -> Obj:
     main = copy.deepcopy((svc.get("extraPodSpec") or {}).get("mainContainer") or {})
     main["name"] = MAIN
-    env: dict[str, Obj] = {}
-    for layer in (spec.get("envs") or [], svc.get("envs") or [], main.get("env") or []):
-        for item in layer:
-            if isinstance(item, dict) and item.get("name"):
-                env[str(item["name"])] = item
+    env = merge_env(spec.get("envs") or [], svc.get("envs") or [], main.get("env") or [])
     if env:
-        main["env"] = list(env.values())
+        main["env"] = env
     if svc.get("envFromSecret"):
         main["envFrom"] = [{"secretRef": {"name": svc["envFromSecret"]}}, *(main.get("envFrom") or [])]
     for part, values in (svc.get("resources") or {}).items():

@@ -20,6 +20,7 @@ import copy
 import secrets
 from typing import Any
 
+from deploy_suite.conditions import pod_ready
 from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.dgd import Component
 from deploy_suite.errors import Conflict, NotFound
@@ -172,7 +173,7 @@ class GrovePath:
 
         def ready_pods(clique: str) -> int:
             return sum(1 for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_PODCLIQUE) == clique
-                       and not p["metadata"].get("deletionTimestamp") and _ready(p))
+                       and not p["metadata"].get("deletionTimestamp") and pod_ready(p))
 
         groups = cliques(plan, c)
         if c.node_count <= 1:
@@ -187,7 +188,3 @@ class GrovePath:
         return (ready_replicas >= c.replicas, f"desired={c.replicas}, ready={ready_replicas}", counts,
                 "PodCliqueScalingGroup", [f"{plan.name}-0-{c.name.lower()}"])
 
-
-def _ready(pod: Obj) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])

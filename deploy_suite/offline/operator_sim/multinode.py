@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from deploy_suite.conditions import pod_ready
 from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.errors import Conflict, ReconcileError
 from deploy_suite.kube import Kube, Resource
@@ -106,13 +107,9 @@ class LwsController:
         for name in names:
             mine = [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_LWS_NAME) == name
                     and not p["metadata"].get("deletionTimestamp")]
-            if len(mine) == node_count and all(_pod_ready(p) for p in mine):
+            if len(mine) == node_count and all(pod_ready(p) for p in mine):
                 ready_groups += 1
         counts = {"replicas": len(names), "updatedReplicas": len(names), "readyReplicas": ready_groups,
                   "availableReplicas": ready_groups}
         return ready_groups == len(names), f"desired={len(names)}, ready={ready_groups}", counts
 
-
-def _pod_ready(pod: Obj) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])

@@ -102,7 +102,7 @@ class _Pod:
     gpu_sides: dict[str, str]  # v1alpha1 GPU count per side (requests/limits) as written; v1beta1: in the spec
 
 
-def _merge_env(*layers: list[Obj]) -> list[Obj]:
+def merge_env(*layers: list[Obj]) -> list[Obj]:
     """Later layers win by name, order of first appearance kept (the operator's merge)."""
     merged: dict[str, Obj] = {}
     for layer in layers:
@@ -138,7 +138,7 @@ def _alpha_pod(spec: Obj, svc: Obj, component: Component) -> _Pod:
     main = extra.pop("mainContainer", None) or {}
     main["name"] = MAIN_CONTAINER
     sidecars = [c for c in extra.pop("containers", None) or [] if c.get("name") != MAIN_CONTAINER]
-    main["env"] = _merge_env(spec.get("envs") or [], svc.get("envs") or [], main.get("env") or [])
+    main["env"] = merge_env(spec.get("envs") or [], svc.get("envs") or [], main.get("env") or [])
     if svc.get("envFromSecret"):
         main["envFrom"] = [{"secretRef": {"name": svc["envFromSecret"]}}, *(main.get("envFrom") or [])]
     resources = _alpha_resources(svc)
