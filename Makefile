@@ -39,7 +39,7 @@ lint: venv  ## ruff, mypy and the layering contracts of .importlinter (lint-impo
 	$(VENV)/bin/lint-imports --no-cache
 
 demo: venv binaries  ## bring up the offline cluster and run the sample experiment
-	$(PY) -m fixtures.demo
+	$(PY) -m deploy_suite.fixtures.demo
 
 bench: venv binaries  ## benchmarks; figures go to docs/performance.md
 	$(PY) bench/bench_cluster_up.py

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deploy_suite.capacity import check_capacity
-from deploy_suite.dgd import parse_dgd
+from deploy_suite.judges.capacity import check_capacity
+from deploy_suite.model.dgd import parse_dgd
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 TENANT_TAINT = {"key": "reserved-for", "value": "team-x", "effect": "NoSchedule"}

@@ -2,7 +2,7 @@
 
 1, 10 and 100 iterations (ready, failed and blocked ledgers mixed, each with its applied DGD;
 fixtures/experiments/synthetic.py): the time to read the tree and write the page
-(``deploy_suite.report_experiment.write``: ledgers, DGD diffs, budgets, charts), its size, and
+(``deploy_suite.reports.experiment.write``: ledgers, DGD diffs, budgets, charts), its size, and
 the same for the 100-iteration tree with ``<script>`` in every ledger string; and, where headless
 Chromium is installed (scripts/install-chromium), how long the browser takes to load the
 100-iteration page (navigation start to the end of the load event, as the browser times it).
@@ -24,8 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deploy_suite import report_experiment
-from fixtures.experiments.synthetic import write_synthetic_experiment
+from deploy_suite.fixtures.experiments.synthetic import write_synthetic_experiment
+
+from deploy_suite.reports import experiment as report_experiment
 from tests.support.browser import open_page
 
 

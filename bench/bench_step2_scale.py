@@ -32,9 +32,9 @@ from typing import Any
 
 import yaml
 
-from deploy_suite.kube import Kube
+from deploy_suite.access.kube import Kube
 from deploy_suite.offline.cluster import OfflineCluster
-from deploy_suite.validate import ValidationInputs, validate
+from deploy_suite.procedure.validate import ValidationInputs, validate
 
 NAMESPACE = "bench-step2"
 LOAD_NAMESPACES = [f"bench-load-{i}" for i in range(5)]

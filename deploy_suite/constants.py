@@ -6,6 +6,11 @@ leaf module: imports nothing of the project.
 
 from __future__ import annotations
 
+from typing import Any
+
+# A Kubernetes object as the API serves it (JSON decoded): every layer passes these.
+Obj = dict[str, Any]
+
 # The DynamoGraphDeployment API.
 DGD_GROUP = "nvidia.com"
 DGD_KIND = "DynamoGraphDeployment"

@@ -1,7 +1,7 @@
 """One error tree for the whole suite: every exception the project raises on purpose is here.
 
 Foreign exceptions (the Kubernetes client, YAML, OS) are translated into these in one place each
-(``deploy_suite.kube`` for the API, ``deploy_suite.yamlio`` for files), with the cause chained, so
+(``deploy_suite.access.kube`` for the API, ``deploy_suite.yamlio`` for files), with the cause chained, so
 that callers and the ledger deal with a handful of meaningful types::
 
     SuiteError                      .temporary: may waiting or retrying help?
@@ -140,7 +140,7 @@ class ClusterError(SuiteError):
 
 
 class SearchBudgetExhausted(SuiteError):
-    """The exact capacity search ran out of its node-visit budget (never leaves deploy_suite.capacity)."""
+    """The exact capacity search ran out of its node-visit budget (never leaves deploy_suite.judges.capacity)."""
 
 
 class ReconcileError(SuiteError):

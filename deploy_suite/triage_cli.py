@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from deploy_suite import triage_objects, triage_words
 from deploy_suite.errors import InputError
+from deploy_suite.judges import objects as triage_objects
+from deploy_suite.judges import words as triage_words
 
 # A day of events of a busy namespace is a few MB; a file far larger is not what was meant.
 MAX_INPUT_BYTES = 64 * 1024 * 1024

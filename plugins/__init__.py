@@ -1,7 +1,28 @@
-"""Where the suite's pytest plugins went: ``deploy_suite/pytest_plugin/`` (options, ledger, report,
-fixtures), inside the installed package.
+"""The pytest side of the suite: options, step lifecycle and ledger, reports, session fixtures.
 
-pytest loads them through the package's ``pytest11`` entry point, before it reads the command line,
-so ``pytest --iter=0 --exp-root /abs/exp ...`` works from any directory. Nothing is left to load
-from here: registering the same hooks a second time would run every step hook twice.
+Registered by the ``pytest11`` entry point of the installed package (``pyproject.toml``), so pytest
+knows the suite's options before it reads the command line: ``--exp-root /abs/exp`` and
+``--exp-root=/abs/exp`` are the same option, from the checkout root or any other directory. Where
+plugin autoloading is switched off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), load it by name:
+``pytest -p deploy_suite.plugins ...``; the entry point carries the same name, so both ways
+register it once.
+
+This subpackage and ``deploy_suite.steps`` are the only parts of the package that import pytest.
+Every module here is inert unless the run deploys (``--iter`` or ``--handoff`` given): the project's
+own ``pytest tests``, and any other pytest run in the same environment, is unaffected.
+
+=================  ===========================================================================
+``options``        the command-line options, ``Settings``, report paths, which steps to collect
+``ledger``         orders and judges the steps, writes ``deployment_ledger.json``
+``report``         the HTML report's summary and evidence, the terminal summary
+``fixtures``       ``run``, ``settings``, ``kube``, ``namespace``, ``manifests``, ... for the steps
+                   (registered by ``ledger`` in deployment runs only)
+=================  ===========================================================================
 """
+
+# ``fixtures`` is registered by ``ledger`` when the run deploys.
+pytest_plugins = [
+    "deploy_suite.plugins.options",
+    "deploy_suite.plugins.ledger",
+    "deploy_suite.plugins.report",
+]

@@ -30,8 +30,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from deploy_suite import clock
+from deploy_suite.access.kube import CommandRecord, Kube, Resource
 from deploy_suite.constants import LABEL_DGD_NAME
-from deploy_suite.kube import CommandRecord, Kube, Resource
 
 Obj = dict[str, Any]
 SERVER = "https://fake-apiserver.invalid"

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from deploy_suite import clock
+from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.errors import Conflict, KubeError, NotFound
-from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline.kai import KaiBinder
 from deploy_suite.offline.operator_sim import profiles
 from deploy_suite.offline.operator_sim.controller import OperatorSim

@@ -49,9 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from deploy_suite import clock
+from deploy_suite.access.kube import Kube, Obj, translate
 from deploy_suite.constants import LABEL_DGD_NAME, LABEL_JOB_NAME
 from deploy_suite.errors import Conflict
-from deploy_suite.kube import Kube, Obj, translate
 
 KWOK_API = "kwok.x-k8s.io/v1alpha1"
 FAULT_WEIGHT = 10000
@@ -231,7 +231,7 @@ startTime: {{ $now | Quote }}
 """ + _IPS
 
 # The kubelet's words for a tag that does not exist; its back-off message carries the last pull
-# error after the image (the event-only form is judged from events, see deploy_suite.conditions).
+# error after the image (the event-only form is judged from events, see deploy_suite.judges.conditions).
 _IMAGE_MESSAGES = {
     "ImagePullBackOff": 'Back-off pulling image \\"%[1]s\\": ErrImagePull: rpc error: code = NotFound desc = failed '
                         'to pull and unpack image \\"%[1]s\\": not found',

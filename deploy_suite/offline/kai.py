@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from deploy_suite import clock
+from deploy_suite.access.kube import Kube, Resource, translate
 from deploy_suite.constants import GPU_RESOURCE
 from deploy_suite.errors import Conflict, KubeError, NotFound
-from deploy_suite.kube import Kube, Resource, translate
 
 Obj = dict[str, Any]
 Log = Callable[[str], None]

@@ -31,7 +31,7 @@ from typing import IO, Any, TypeVar
 from deploy_suite import clock
 
 # The kernel's parent-death signal, as the smoke test's port-forward uses it (one implementation).
-from deploy_suite.portforward import parent_death_signal as die_with_parent
+from deploy_suite.access.portforward import parent_death_signal as die_with_parent
 
 # Local processes answer in milliseconds: poll them often, with a cap for backoffs.
 POLL_S = 0.1

@@ -1,6 +1,6 @@
 """Step 1: judge the handed-off inputs and create <EXP_ROOT>/artifacts/deploy-iter-NNN/.
 
-``deploy_suite.inputs.prepare`` applies every rule (the workload schema, the manifest checks, the
+``deploy_suite.procedure.inputs.prepare`` applies every rule (the workload schema, the manifest checks, the
 deployment directory); a refused input raises ``InputError``, which the ledger plugin turns into
 one line, a ``blocked`` step and (where the directory exists) a blocked ledger. Nothing here
 talks to a cluster.
@@ -8,8 +8,8 @@ talks to a cluster.
 
 from __future__ import annotations
 
-from deploy_suite import inputs
-from deploy_suite.runstate import RunState
+from deploy_suite.procedure import inputs
+from deploy_suite.procedure.runstate import RunState
 
 
 def test_step1_inputs(run: RunState) -> None:

@@ -1,4 +1,4 @@
-"""Step 2: read-only validation gates and GPU capacity (``deploy_suite.validate.preflight``).
+"""Step 2: read-only validation gates and GPU capacity (``deploy_suite.procedure.validate.preflight``).
 
 Nothing is mutated on the cluster; compatibility patches touch only the run-scoped copies and
 are recorded with their reason. Any blocker stops the run before step 3.
@@ -6,9 +6,9 @@ are recorded with their reason. Any blocker stops the run before step 3.
 
 from __future__ import annotations
 
-from deploy_suite import validate
-from deploy_suite.kube import Kube
-from deploy_suite.runstate import RunState
+from deploy_suite.access.kube import Kube
+from deploy_suite.procedure import validate
+from deploy_suite.procedure.runstate import RunState
 
 
 def test_step2_validate(run: RunState, kube: Kube) -> None:

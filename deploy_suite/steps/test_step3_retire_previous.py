@@ -1,6 +1,6 @@
 """Step 3: retire the previous iteration's DGD (iteration > 0), by exact name, namespace, context.
 
-All rules live in ``deploy_suite.rollout.retire``; at iteration 0 there is nothing to retire and
+All rules live in ``deploy_suite.procedure.rollout.retire``; at iteration 0 there is nothing to retire and
 the step is skipped (after manifest.yaml records the effective context).
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from deploy_suite import rollout
-from deploy_suite.kube import Kube
-from deploy_suite.runstate import RunState
+from deploy_suite.access.kube import Kube
+from deploy_suite.procedure import rollout
+from deploy_suite.procedure.runstate import RunState
 
 
 def test_step3_retire_previous(run: RunState, kube: Kube) -> None:

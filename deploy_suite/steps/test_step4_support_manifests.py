@@ -1,6 +1,6 @@
 """Step 4: model-cache, then model-download, then model-validate (when handed over).
 
-All rules live in ``deploy_suite.rollout.support``; a failed Job's diagnostic (with its last log
+All rules live in ``deploy_suite.procedure.rollout.support``; a failed Job's diagnostic (with its last log
 lines) is recorded from the partial result the failure carries.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from deploy_suite import rollout
-from deploy_suite.kube import Kube
-from deploy_suite.runstate import RunState
+from deploy_suite.access.kube import Kube
+from deploy_suite.procedure import rollout
+from deploy_suite.procedure.runstate import RunState
 
 
 def test_step4_support_manifests(run: RunState, kube: Kube) -> None:

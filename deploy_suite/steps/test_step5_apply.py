@@ -1,13 +1,13 @@
 """Step 5: apply only applied_manifests/deploy.yaml (all its documents).
 
-All rules live in ``deploy_suite.rollout.apply``: a spent failed-deploy budget blocks the apply.
+All rules live in ``deploy_suite.procedure.rollout.apply``: a spent failed-deploy budget blocks the apply.
 """
 
 from __future__ import annotations
 
-from deploy_suite import rollout
-from deploy_suite.kube import Kube
-from deploy_suite.runstate import RunState
+from deploy_suite.access.kube import Kube
+from deploy_suite.procedure import rollout
+from deploy_suite.procedure.runstate import RunState
 
 
 def test_step5_apply(run: RunState, kube: Kube) -> None:

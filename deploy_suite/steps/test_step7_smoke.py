@@ -1,10 +1,10 @@
-"""Step 7: the OpenAI-compatible smoke test through a port-forward we own (``deploy_suite.smoke``)."""
+"""Step 7: the OpenAI-compatible smoke test through a port-forward we own (``deploy_suite.procedure.smoke``)."""
 
 from __future__ import annotations
 
-from deploy_suite import smoke
-from deploy_suite.kube import Kube
-from deploy_suite.runstate import RunState
+from deploy_suite.access.kube import Kube
+from deploy_suite.procedure import smoke
+from deploy_suite.procedure.runstate import RunState
 
 
 def test_step7_smoke(run: RunState, kube: Kube) -> None:

@@ -10,9 +10,11 @@ import re
 from pathlib import Path
 
 import pytest
+from deploy_suite.fixtures.experiments.synthetic import write_synthetic_experiment
 
-from deploy_suite import ledger, report, report_experiment
-from fixtures.experiments.synthetic import write_synthetic_experiment
+from deploy_suite.record import ledger
+from deploy_suite.reports import experiment as report_experiment
+from deploy_suite.reports import iteration as report
 from tests.support.browser import open_page
 from tests.support.pages import assert_experiment, keep, open_experiment
 

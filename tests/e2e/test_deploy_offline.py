@@ -31,15 +31,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
 
-from deploy_suite import ledger, rollout, smoke
-from deploy_suite.dgd import load_dgd
+from deploy_suite.access.kube import DGD, Obj
 from deploy_suite.errors import WaitTimeout
-from deploy_suite.kube import DGD, Obj
+from deploy_suite.model.dgd import load_dgd
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.offline.operator_sim.serving import FAULTS_CONFIGMAP
-from fixtures.experiments.make_experiment import Experiment, stage_candidate
+from deploy_suite.procedure import rollout, smoke
+from deploy_suite.record import ledger
 from tests import support
 from tests.support import SuiteRun, outcomes, step
 from tests.support.pages import assert_experiment, keep, open_experiment

@@ -27,9 +27,10 @@ from typing import Any
 
 import pytest
 import yaml
+from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment, stage_candidate
 
-from deploy_suite import ledger, report
-from fixtures.experiments.make_experiment import Experiment, make_experiment, stage_candidate
+from deploy_suite.record import ledger
+from deploy_suite.reports import iteration as report
 from tests.support import Listener
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
+from deploy_suite.access.kube import Kube, Obj, Resource
 from deploy_suite.constants import LABEL_DGD_NAME
-from deploy_suite.kube import Kube, Obj, Resource
 from deploy_suite.offline.cluster import OfflineCluster
 
 DATA = Path(__file__).with_name("data")

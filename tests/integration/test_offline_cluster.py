@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.errors import StepFailure
-from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline import binaries, procs
 from deploy_suite.offline.cluster import OfflineCluster, workdir
 

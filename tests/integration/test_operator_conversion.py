@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from deploy_suite.access.kube import Kube
 from deploy_suite.errors import KubeError
-from deploy_suite.kube import Kube
 from deploy_suite.offline import procs
 from deploy_suite.offline.cluster import CONTROLLERS, OfflineCluster
 from tests.integration.replica import ALPHA, BETA, manifest, namespace, session_cluster, wait_state

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.errors import WaitTimeout
-from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline import faults
 from deploy_suite.offline.operator_sim.components import worker_hash
 from tests.integration.replica import BETA, DCD, manifest, pods_of, ready_condition, wait_state

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from deploy_suite.kube import Kube, Obj
+from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.offline.kai import KAI_PODGROUP
 from deploy_suite.offline.operator_sim.grove import PCLQ, PCS, PCSG, PODGANG

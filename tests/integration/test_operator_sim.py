@@ -22,8 +22,8 @@ import httpx
 import pytest
 import yaml
 
+from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.errors import Invalid, KubeError
-from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.offline.operator_sim.components import worker_hash

@@ -25,17 +25,17 @@ from typing import Any
 
 import pytest
 import yaml
+from deploy_suite.fixtures.cluster import ClusterPool
+from deploy_suite.fixtures.identities import Identity
 
-from deploy_suite import ownership
+from deploy_suite.access.kube import CommandRecord, Kube, Obj
 from deploy_suite.constants import GPU_TAINT_KEY
 from deploy_suite.errors import Forbidden
-from deploy_suite.kube import CommandRecord, Kube, Obj
+from deploy_suite.judges import ownership
+from deploy_suite.model.references import walk
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
-from deploy_suite.references import walk
-from deploy_suite.validate import DGD_CRD, ValidationInputs, ValidationReport, validate
-from fixtures.cluster import ClusterPool
-from fixtures.identities import Identity
+from deploy_suite.procedure.validate import DGD_CRD, ValidationInputs, ValidationReport, validate
 from tests.integration import replica
 from tests.integration.replica import namespace as temp_namespace
 
@@ -511,7 +511,7 @@ def test_an_unknown_pinned_knob_asks_for_a_mapping(
     [finding] = report.blockers
     assert "'kv_cache_dtype'" in finding.message and "no mapping" in finding.message
     # The fix names the table where the mapping goes.
-    assert "mapping" in finding.fix and "deploy_suite.knobs.KNOBS" in finding.fix
+    assert "mapping" in finding.fix and "deploy_suite.model.knobs.KNOBS" in finding.fix
     assert report.evidence["pinned"]["precision"]["same"] is True
 
 

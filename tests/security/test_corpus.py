@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy_suite.kube import Kube
+from deploy_suite.access.kube import Kube
 from deploy_suite.offline.cluster import OfflineCluster
 from tests import support
 from tests.security import cases

@@ -17,8 +17,8 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.errors import Forbidden
-from deploy_suite.kube import Kube, Obj
 
 MUTATING_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy_suite import ledger
-from deploy_suite.pytest_plugin.fixtures import USER_AGENT_ENV
+from deploy_suite.fixtures.steps import USER_AGENT_ENV
+
+from deploy_suite.record import ledger
 
 REPO = Path(__file__).resolve().parents[2]
 # What the caller's environment must not leak into a run: options, a worker id, another cluster.

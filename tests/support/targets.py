@@ -22,12 +22,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from deploy_suite import conditions, yamlio
-from deploy_suite.kube import Kube, Obj
+from deploy_suite.fixtures.cluster import HF_SECRET, admin_prerequisites
+from deploy_suite.fixtures.experiments.make_experiment import (
+    SAMPLE_ROOT,
+    Experiment,
+    make_experiment,
+    refresh,
+    set_line,
+)
+
+from deploy_suite import yamlio
+from deploy_suite.access.kube import Kube, Obj
+from deploy_suite.judges import conditions
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import MANIFESTS, OfflineCluster
-from fixtures.cluster import HF_SECRET, admin_prerequisites
-from fixtures.experiments.make_experiment import SAMPLE_ROOT, Experiment, make_experiment, refresh, set_line
 from tests.support.processes import kill_and_reap, port_forwards
 from tests.support.runs import SuiteRun, run_suite
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from deploy_suite.kube import Obj
+from deploy_suite.access.kube import Obj
 from deploy_suite.offline import faults
 from tests.support.runs import SuiteRun, outcomes, step
 from tests.support.targets import Target

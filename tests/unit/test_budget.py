@@ -1,4 +1,4 @@
-"""The budget arithmetic of step 2 (deploy_suite.budget): failed deploys, GPU-hours over allocation
+"""The budget arithmetic of step 2 (deploy_suite.record.budget): failed deploys, GPU-hours over allocation
 intervals, wall clock since manifest.yaml's session start; each spent budget a blocker."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from deploy_suite import budget, clock, experiment, ledger
+from deploy_suite import clock
+from deploy_suite.record import budget, experiment, ledger
 
 NOW = dt.datetime(2026, 6, 1, 18, 0, tzinfo=dt.UTC)  # six hours after the session start below
 

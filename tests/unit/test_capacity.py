@@ -1,4 +1,4 @@
-"""Unit and property tests of the capacity engine (deploy_suite.capacity)."""
+"""Unit and property tests of the capacity engine (deploy_suite.judges.capacity)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deploy_suite.capacity import check_capacity
-from deploy_suite.dgd import PodDemand, load_dgd, parse_dgd
-from deploy_suite.scheduling import LabelSelector, PodAffinityTerm, Scheduling, Toleration
+from deploy_suite.judges.capacity import check_capacity
+from deploy_suite.model.dgd import PodDemand, load_dgd, parse_dgd
+from deploy_suite.model.scheduling import LabelSelector, PodAffinityTerm, Scheduling, Toleration
 
 DATA = Path(__file__).parent / "data"
 GPU = "nvidia.com/gpu"

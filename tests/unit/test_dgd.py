@@ -1,4 +1,4 @@
-"""Unit tests of the DGD model (deploy_suite.dgd): parsing both API shapes, pod demands."""
+"""Unit tests of the DGD model (deploy_suite.model.dgd): parsing both API shapes, pod demands."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME
-from deploy_suite.dgd import Dgd, from_documents, load_dgd, parse_dgd
 from deploy_suite.errors import InputError
-from deploy_suite.podspec import EnvFrom
-from deploy_suite.scheduling import Requirement, Toleration
+from deploy_suite.model.dgd import Dgd, from_documents, load_dgd, parse_dgd
+from deploy_suite.model.podspec import EnvFrom
+from deploy_suite.model.scheduling import Requirement, Toleration
 
 DATA = Path(__file__).parent / "data"
 

@@ -1,4 +1,4 @@
-"""Every rule of step 1 (deploy_suite.inputs.prepare), table-driven; option values: test_settings.py.
+"""Every rule of step 1 (deploy_suite.procedure.inputs.prepare), table-driven; option values: test_settings.py.
 
 Each test works on a scratch copy of the sample experiment (fixtures/experiments), never on the
 checked-in one.
@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 import yaml
+from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment, stage_candidate
 
-from deploy_suite import inputs, workspace
 from deploy_suite.errors import DeploymentLocked, InputError
-from deploy_suite.ledger import LEDGER_NAME
-from deploy_suite.settings import Settings, SupportInput
-from fixtures.experiments.make_experiment import Experiment, make_experiment, stage_candidate
+from deploy_suite.procedure import inputs, workspace
+from deploy_suite.procedure.settings import Settings, SupportInput
+from deploy_suite.record.ledger import LEDGER_NAME
 
 EXP_ID = "20260601T120000Z-demo"
 

@@ -1,4 +1,4 @@
-"""Unit tests of the knob table for resources.pinned (deploy_suite.knobs)."""
+"""Unit tests of the knob table for resources.pinned (deploy_suite.model.knobs)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy_suite import knobs
-from deploy_suite.dgd import Dgd, load_dgd
+from deploy_suite.model import knobs
+from deploy_suite.model.dgd import Dgd, load_dgd
 
 DATA = Path(__file__).parent / "data"
 

@@ -1,4 +1,4 @@
-"""The access layer (deploy_suite.kube) over the in-memory apiserver: error translation, the
+"""The access layer (deploy_suite.access.kube) over the in-memory apiserver: error translation, the
 kubectl-equivalent record of every request, reads, applies, deletes, logs, discovery."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from deploy_suite import kube as kube_mod
+from deploy_suite.access import kube as kube_mod
+from deploy_suite.access.kube import DGD, KNOWN, Kube, Resource, translate
 from deploy_suite.errors import Conflict, Forbidden, InputError, Invalid, KubeError, NotFound, Unavailable
-from deploy_suite.kube import DGD, KNOWN, Kube, Resource, translate
 from tests import fakekube
 from tests.fakekube import FakeApi, status
 

@@ -1,4 +1,4 @@
-"""deploy_suite.ledger (atomic, schema-valid, secret-free writes) and the RunState step lifecycle."""
+"""deploy_suite.record.ledger (atomic, schema-valid, secret-free writes) and the RunState step lifecycle."""
 
 from __future__ import annotations
 
@@ -16,17 +16,17 @@ from typing import Any
 import jsonschema
 import pytest
 
-from deploy_suite import ledger
 from deploy_suite.errors import InputError, LedgerError, SecretLeak, StepBlocked
-from deploy_suite.runstate import STEP_NAMES, RunState
-from deploy_suite.settings import Settings
+from deploy_suite.procedure.runstate import STEP_NAMES, RunState
+from deploy_suite.procedure.settings import Settings
+from deploy_suite.record import ledger
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
 class Command:
-    """Stands in for deploy_suite.kube.CommandRecord: the ledger only needs the four attributes."""
+    """Stands in for deploy_suite.access.kube.CommandRecord: the ledger only needs the four attributes."""
 
     command: str
     kind: str
@@ -167,8 +167,8 @@ def test_invalid_ledger_is_never_written(tmp_path: Path):
 WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from deploy_suite import ledger
-    from deploy_suite.runstate import STEP_NAMES
+    from deploy_suite.record import ledger
+    from deploy_suite.procedure.runstate import STEP_NAMES
     path = Path(sys.argv[1])
     data = ledger.new_document(deploy_id="deploy-iter-000", iteration=0, provenance="user-interviewer",
                                step_names=STEP_NAMES)

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from deploy_suite import conditions, deployed, operator_status, rollout
+from deploy_suite.access.kube import DGD, Kube, status_error
 from deploy_suite.constants import PLATFORM_GRACE_S
 from deploy_suite.errors import PlatformFault, StepBlocked, StepFailure, Unavailable
-from deploy_suite.kube import DGD, Kube, status_error
+from deploy_suite.judges import conditions, operator_status
+from deploy_suite.procedure import deployed, rollout
 from tests import fakekube
 from tests.fakekube import FakeApi, status
 from tests.unit.test_rollout import NS, fail_with_result, make_run, serving

@@ -1,4 +1,4 @@
-"""Ownership of a DGD (deploy_suite.ownership): the experiment's field manager, read back from
+"""Ownership of a DGD (deploy_suite.judges.ownership): the experiment's field manager, read back from
 managedFields; step 2's gate over the candidate's DGD and the one step 3 retires."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from deploy_suite import ownership
-from deploy_suite.kube import DGD, Kube
-from deploy_suite.validate import ValidationInputs, Validator
+from deploy_suite.access.kube import DGD, Kube
+from deploy_suite.judges import ownership
+from deploy_suite.procedure.validate import ValidationInputs, Validator
 from tests import fakekube
 from tests.fakekube import FakeApi
 

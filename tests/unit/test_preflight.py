@@ -1,4 +1,4 @@
-"""Step 2 as a library call (deploy_suite.validate.preflight): what it hands the gates, and the
+"""Step 2 as a library call (deploy_suite.procedure.validate.preflight): what it hands the gates, and the
 typed Preflight result that records the ledger sections and stops the run on a blocker."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from deploy_suite import validate
 from deploy_suite.errors import StepBlocked
-from deploy_suite.files import sha256_file
-from deploy_suite.ledger import Ledger
-from deploy_suite.runstate import RunState
-from deploy_suite.settings import Settings
-from deploy_suite.validate import Finding, Patch, Preflight, ValidationInputs, ValidationReport
-from deploy_suite.workspace import PreviousDeployment
+from deploy_suite.model.files import sha256_file
+from deploy_suite.procedure import validate
+from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.settings import Settings
+from deploy_suite.procedure.validate import Finding, Patch, Preflight, ValidationInputs, ValidationReport
+from deploy_suite.procedure.workspace import PreviousDeployment
+from deploy_suite.record.ledger import Ledger
 
 CONTEXT = "ctx-a"
 

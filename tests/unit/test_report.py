@@ -1,4 +1,4 @@
-"""The HTML report rendered from a ledger (deploy_suite.report).
+"""The HTML report rendered from a ledger (deploy_suite.reports.iteration).
 
 ``data/ledger_ready.json`` is a trimmed copy of a real ledger from the offline cluster (iteration 1
 of the sample experiment) whose ``capacity`` section was produced by ``CapacityResult.to_dict()``
@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from deploy_suite import ledger as ledger_mod
-from deploy_suite import report, report_capacity
-from deploy_suite.capacity import check_capacity
-from deploy_suite.dgd import PodDemand
-from deploy_suite.scheduling import Scheduling
+from deploy_suite.judges.capacity import check_capacity
+from deploy_suite.model.dgd import PodDemand
+from deploy_suite.model.scheduling import Scheduling
+from deploy_suite.record import ledger as ledger_mod
+from deploy_suite.reports import capacity as report_capacity
+from deploy_suite.reports import iteration as report
 
 DATA = Path(__file__).parent / "data"
 HOSTILE = '<script>alert("x")</script>'

@@ -1,5 +1,5 @@
-"""The experiment page (deploy_suite.report_experiment) and the DGD diff it shows (deploy_suite.dgd_diff),
-from experiment trees on disk only; the iteration page saying each thing once (deploy_suite.report)."""
+"""The experiment page (deploy_suite.reports.experiment) and the DGD diff it shows (deploy_suite.reports.dgd_diff),
+from experiment trees on disk only; the iteration page saying each thing once (deploy_suite.reports.iteration)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,16 @@ import re
 from pathlib import Path
 
 import pytest
+from deploy_suite.fixtures.experiments.make_experiment import SAMPLE_ROOT
+from deploy_suite.fixtures.experiments.synthetic import write_synthetic_experiment
 
-from deploy_suite import cli, dgd_diff, ledger, report, report_experiment
-from deploy_suite.dgd import load_dgd, parse_dgd
-from deploy_suite.runstate import STEP_NAMES
-from fixtures.experiments.make_experiment import SAMPLE_ROOT
-from fixtures.experiments.synthetic import write_synthetic_experiment
+from deploy_suite import cli
+from deploy_suite.model.dgd import load_dgd, parse_dgd
+from deploy_suite.procedure.runstate import STEP_NAMES
+from deploy_suite.record import ledger
+from deploy_suite.reports import dgd_diff
+from deploy_suite.reports import experiment as report_experiment
+from deploy_suite.reports import iteration as report
 
 POISON = "<script>alert('x')</script>"
 

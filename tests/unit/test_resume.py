@@ -1,4 +1,4 @@
-"""Resume is idempotent at every step boundary (deploy_suite/resume.py and its callers): whose a live
+"""Resume is idempotent at every step boundary (deploy_suite/record/resume.py and its callers): whose a live
 DGD is, step 3 on a rerun, step 5's own-apply record and re-apply, allocation intervals and
 GPU-hours, torn_down_at written once, and step 2's capacity excluding a rerun's own pods."""
 
@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from deploy_suite import ledger, resume, rollout, validate
+from deploy_suite.access.kube import DGD, KNOWN, Kube
 from deploy_suite.errors import LedgerError, StepBlocked
-from deploy_suite.kube import DGD, KNOWN, Kube
-from deploy_suite.validate import ValidationInputs, Validator
+from deploy_suite.procedure import rollout, validate
+from deploy_suite.procedure.validate import ValidationInputs, Validator
+from deploy_suite.record import ledger, resume
 from tests import fakekube
 from tests.fakekube import FakeApi, pod
 from tests.unit.test_capacity import node

@@ -1,4 +1,4 @@
-"""Steps 3 to 6 (deploy_suite.rollout) against the in-memory apiserver, with a real RunState and
+"""Steps 3 to 6 (deploy_suite.procedure.rollout) against the in-memory apiserver, with a real RunState and
 ledger: what each step does on the cluster, the typed result, and what its record writes."""
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 
-from deploy_suite import conditions, ledger, rollout
+from deploy_suite.access.kube import DGD, KNOWN, Kube
 from deploy_suite.errors import Forbidden, StepBlocked, StepFailure, WaitTimeout
-from deploy_suite.kube import DGD, KNOWN, Kube
-from deploy_suite.runstate import RunState
-from deploy_suite.settings import Settings, Timeouts
-from deploy_suite.workspace import PreviousDeployment
+from deploy_suite.judges import conditions
+from deploy_suite.procedure import rollout
+from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.settings import Settings, Timeouts
+from deploy_suite.procedure.workspace import PreviousDeployment
+from deploy_suite.record import ledger
 from tests import fakekube
 from tests.fakekube import FakeApi, dropped, event, forbidden, job, pod
 

@@ -1,11 +1,11 @@
-"""Unit tests of the scheduling primitives (deploy_suite.scheduling): Kubernetes matching and GPU counting."""
+"""Unit tests of the scheduling primitives (deploy_suite.model.scheduling): Kubernetes matching and GPU counting."""
 
 from __future__ import annotations
 
 import pytest
 
 from deploy_suite.errors import InputError
-from deploy_suite.scheduling import FieldReader, Requirement, Taint, Toleration, parse_scheduling, pod_gpus
+from deploy_suite.model.scheduling import FieldReader, Requirement, Taint, Toleration, parse_scheduling, pod_gpus
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 import yaml
+from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment
 
 from deploy_suite.errors import InputError
-from deploy_suite.settings import (
+from deploy_suite.procedure.settings import (
     DEFAULT_SMOKE_PROMPT,
     OPTION_KEYS,
     TIMEOUT_OPTIONS,
@@ -25,7 +26,6 @@ from deploy_suite.settings import (
     build_settings,
     deploy_id,
 )
-from fixtures.experiments.make_experiment import Experiment, make_experiment
 
 SHA_A = "a" * 64
 SHA_B = "b" * 64

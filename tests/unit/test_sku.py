@@ -1,4 +1,4 @@
-"""The GPU SKU check of step 2 (deploy_suite.sku, called by validate.Validator.check_sku) and the
+"""The GPU SKU check of step 2 (deploy_suite.judges.sku, called by validate.Validator.check_sku) and the
 capacity answer for a DGD without GPUs (validate.Validator.check_capacity)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from deploy_suite import sku
-from deploy_suite.dgd import load_dgd, parse_dgd
-from deploy_suite.validate import ValidationInputs, Validator
+from deploy_suite.judges import sku
+from deploy_suite.model.dgd import load_dgd, parse_dgd
+from deploy_suite.procedure.validate import ValidationInputs, Validator
 
 GPU = "nvidia.com/gpu"
 PRODUCT = "nvidia.com/gpu.product"

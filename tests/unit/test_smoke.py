@@ -1,4 +1,4 @@
-"""Step 7's library (deploy_suite.smoke) at our own boundary: no cluster, no network, no sleeping.
+"""Step 7's library (deploy_suite.procedure.smoke) at our own boundary: no cluster, no network, no sleeping.
 
 HTTP goes through ``httpx.MockTransport`` (a handler scripts the frontend), the port-forward and
 the Kubernetes reads are small fakes, and a :class:`deploy_suite.clock.FakeClock` is installed so
@@ -19,13 +19,14 @@ from typing import Any
 import httpx
 import pytest
 
-from deploy_suite import clock, smoke, yamlio
-from deploy_suite import ledger as ledger_mod
+from deploy_suite import clock, yamlio
 from deploy_suite.constants import LABEL_COMPONENT_TYPE, LABEL_DGD_NAME
-from deploy_suite.dgd import parse_dgd
 from deploy_suite.errors import StepBlocked, StepFailure, SuiteError, WaitTimeout
-from deploy_suite.runstate import RunState
-from deploy_suite.settings import Settings, Timeouts
+from deploy_suite.model.dgd import parse_dgd
+from deploy_suite.procedure import smoke
+from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.settings import Settings, Timeouts
+from deploy_suite.record import ledger as ledger_mod
 
 MODEL = "qwen3"
 SMALL = smoke.SmokeSettings(reach_attempts=5, reach_interval=1.0, list_attempts=3, list_interval=1.0)

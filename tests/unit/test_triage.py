@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from deploy_suite import clock, conditions, triage
+from deploy_suite import clock
+from deploy_suite.access.kube import DGD, KNOWN
 from deploy_suite.errors import StepFailure, WaitTimeout
-from deploy_suite.kube import DGD, KNOWN
-from deploy_suite.scheduling import pod_request, quantity
-from deploy_suite.smoke import parse_instance_id
+from deploy_suite.judges import conditions, triage
+from deploy_suite.model.scheduling import pod_request, quantity
+from deploy_suite.procedure.smoke import parse_instance_id
 from tests import fakekube
 
 TAINT_AND_SELECTOR = ("0/4 nodes are available: 1 node(s) had untolerated taint(s), 3 node(s) didn't match Pod's "

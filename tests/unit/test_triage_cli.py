@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from deploy_suite import cli, conditions, triage, triage_objects
+from deploy_suite import cli
+from deploy_suite.access.kube import DGD, KNOWN
 from deploy_suite.errors import StepBlocked, WaitTimeout
-from deploy_suite.kube import DGD, KNOWN
+from deploy_suite.judges import conditions, triage
+from deploy_suite.judges import objects as triage_objects
 from tests import fakekube
 from tests.unit.test_triage import DGD_LABEL, NS, fake, ready_wait, scheduled  # noqa: F401 (fixture)
 

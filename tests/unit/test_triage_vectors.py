@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from deploy_suite import cli, triage_objects, yamlio
+from deploy_suite import cli, yamlio
+from deploy_suite.judges import objects as triage_objects
 
 VECTORS = yamlio.load_one(Path(__file__).parent / "data" / "triage" / "scheduling-events.yaml")
 

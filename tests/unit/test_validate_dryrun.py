@@ -1,4 +1,4 @@
-"""Step 2's dry-run judged as the request step 5 makes (deploy_suite.dryrun): a same-named candidate
+"""Step 2's dry-run judged as the request step 5 makes (deploy_suite.procedure.dryrun): a same-named candidate
 whose live predecessor step 3 deletes is dry-run as a create under a derived name; create rules are
 still caught; an unreachable webhook is a platform fault, not the manifest's."""
 
@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_suite import dryrun, experiment, ledger, ownership, validate
+from deploy_suite.access.kube import DGD, KNOWN, Kube, Obj
 from deploy_suite.errors import LedgerError, StepBlocked
-from deploy_suite.kube import DGD, KNOWN, Kube, Obj
-from deploy_suite.validate import Preflight, ValidationReport
+from deploy_suite.judges import ownership
+from deploy_suite.procedure import dryrun, validate
+from deploy_suite.procedure.validate import Preflight, ValidationReport
+from deploy_suite.record import experiment, ledger
 from tests import fakekube
 from tests.fakekube import FakeApi
 

@@ -1,5 +1,5 @@
-"""Step 2's platform checks (deploy_suite.platform) and the DGD API version the access layer
-resolves from discovery (deploy_suite.kube.Kube.resolve_versions), against the in-memory apiserver."""
+"""Step 2's platform checks (deploy_suite.procedure.platform) and the DGD API version the access layer
+resolves from discovery (deploy_suite.access.kube.Kube.resolve_versions), against the in-memory apiserver."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_suite import platform
-from deploy_suite.dgd import from_documents
-from deploy_suite.kube import DGD, KNOWN, Kube, Obj, Resource
-from deploy_suite.watch import Watch
+from deploy_suite.access.kube import DGD, KNOWN, Kube, Obj, Resource
+from deploy_suite.access.watch import Watch
+from deploy_suite.model.dgd import from_documents
+from deploy_suite.procedure import platform
 from tests import fakekube
 from tests.fakekube import FakeApi
 

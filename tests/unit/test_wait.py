@@ -1,4 +1,4 @@
-"""The one wait loop (deploy_suite.watch) run for real against the in-memory apiserver.
+"""The one wait loop (deploy_suite.access.watch) run for real against the in-memory apiserver.
 
 List then watch from the list's resourceVersion, resume after a dropped connection, relist on
 410, retry temporary errors with a capped backoff inside the deadline, stop at once on anything
@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from deploy_suite import watch
+from deploy_suite.access import watch
+from deploy_suite.access.kube import DGD, KNOWN
 from deploy_suite.errors import Forbidden, KubeError, NotFound, StepFailure, Unavailable, WaitTimeout
-from deploy_suite.kube import DGD, KNOWN
 from tests import fakekube
 from tests.fakekube import dropped, error_event, event, forbidden, gone, status
 

@@ -20,11 +20,11 @@ import copy
 import secrets
 from typing import Any
 
-from deploy_suite.conditions import pod_ready
+from deploy_suite.access.kube import Kube, Resource, translate
 from deploy_suite.constants import LABEL_DGD_NAME
-from deploy_suite.dgd import Component
 from deploy_suite.errors import Conflict, NotFound
-from deploy_suite.kube import Kube, Resource, translate
+from deploy_suite.judges.conditions import pod_ready
+from deploy_suite.model.dgd import Component
 from deploy_suite.offline.operator_sim.plan import Plan
 
 Obj = dict[str, Any]

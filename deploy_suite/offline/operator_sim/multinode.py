@@ -17,10 +17,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from deploy_suite.conditions import pod_ready
+from deploy_suite.access.kube import Kube, Resource
 from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.errors import Conflict, ReconcileError
-from deploy_suite.kube import Kube, Resource
+from deploy_suite.judges.conditions import pod_ready
 
 Obj = dict[str, Any]
 

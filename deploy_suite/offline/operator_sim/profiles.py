@@ -21,9 +21,9 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from deploy_suite.access.kube import Resource
 from deploy_suite.constants import DGD_GROUP, DGD_KIND, DGD_PLURAL
 from deploy_suite.errors import InputError
-from deploy_suite.kube import Resource
 
 Obj = dict[str, Any]
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy_suite import clock
+from deploy_suite.access.kube import Kube
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME
-from deploy_suite.dgd import MAIN_CONTAINER
 from deploy_suite.errors import SuiteError
-from deploy_suite.kube import Kube
+from deploy_suite.model.dgd import MAIN_CONTAINER
 from deploy_suite.offline import dynamo_env, dynamo_runtime
 from deploy_suite.offline.faults import SERVING_FAULTS_CONFIGMAP, cri_log, logs_object, port_forward_object
 from deploy_suite.offline.operator_sim.plan import FRONTEND_PORT, Plan

@@ -1,0 +1,187 @@
+"""Triage of every object that events and statuses speak of: what ``deploy-suite triage`` prints.
+
+Errors that stop below the DGD leave no pod to triage: a ResourceQuota or an admission webhook
+refusing the pods (``FailedCreate`` on a ReplicaSet, StatefulSet, LeaderWorkerSet), an invalid
+pod template held at the DynamoComponentDeployment (``Available=False``), a PodGroup or a Kueue
+Workload that is not admitted. Each object is judged from its events and its status conditions
+by the same words and rules as step 6's pods (:mod:`deploy_suite.judges.triage`); pods by
+:func:`triage_pod`. docs/triage.md describes the categories, the actions and the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from deploy_suite.judges import triage, words
+from deploy_suite.judges.triage import Obj, Verdict
+
+# Conditions that say something is wrong when False, and those that say so when True.
+_BAD_WHEN_FALSE = frozenset({"Available", "Ready", "QuotaReserved", "Admitted"})
+_BAD_WHEN_TRUE = frozenset({"PodSchedulingErrors", "Unschedulable", "ReplicaFailure", "Failed"})
+DYNAMO_KINDS = frozenset({"DynamoGraphDeployment", "DynamoComponentDeployment"})
+
+
+@dataclass
+class Finding:
+    """One object's verdict: ``kind``/``name`` in ``namespace``."""
+
+    kind: str
+    name: str
+    namespace: str
+    verdict: Verdict
+
+    @property
+    def object(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` shape of ``deploy-suite triage`` (docs/triage.md)."""
+        v = self.verdict
+        return {"object": self.object, "namespace": self.namespace, "action": v.action, "category": v.category,
+                "diagnosis": v.diagnosis, "evidence": list(v.evidence), "can_wait": v.can_wait,
+                "next_check_s": v.next_check_s}
+
+
+def normalized(event: Obj) -> dict[str, Any]:
+    """An event of either API (core/v1 ``involvedObject``/``message``, events.k8s.io/v1
+    ``regarding``/``note``) in the core/v1 shape the triage reads."""
+    out = dict(event)
+    out.setdefault("involvedObject", event.get("regarding") or {})
+    if not out.get("message"):
+        out["message"] = event.get("note") or ""
+    if not out.get("count"):
+        out["count"] = event.get("deprecatedCount") or (event.get("series") or {}).get("count") or 1
+    return out
+
+
+def _pull_messages(events: Sequence[Obj]) -> list[str]:
+    ordered = sorted(enumerate(events), key=lambda p: (triage.event_time(p[1]), p[0]))
+    return [str(e.get("message")) for _, e in ordered if e.get("reason") in {"Failed", "BackOff", "ErrImagePull"}
+            and words.is_pull_failure(str(e.get("message") or ""))]
+
+
+def _done(pod: Obj) -> bool:
+    status = pod.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return status.get("phase") == "Succeeded" or (status.get("phase") == "Running" and ready)
+
+
+def triage_pod(pod: Obj | None, name: str, events: Sequence[Obj], nodes: Sequence[Obj] | None = None,
+               recheck_s: float = 30.0) -> Verdict | None:
+    """A pod from its status (when given) and its events: containers (:func:`triage.triage_containers`,
+    pulls judged with the pull events), scheduling while unbound (:func:`triage.triage_pending`),
+    and the kubelet's other words (a missing Secret, a crash loop, the GPU runtime). A ready or
+    finished pod has no verdict: its old warnings are history."""
+    if pod is not None and _done(pod):
+        return None
+    subject = f"pod {name}"
+    pulls = _pull_messages(events)
+    found: list[Verdict | None] = []
+    if pod is not None:
+        found.append(triage.triage_containers(pod, pulls[-2:]))
+    else:
+        found.append(triage.triage_pull_events(subject, pulls[-2:]))
+    if pod is None or not (pod.get("spec") or {}).get("nodeName"):
+        found.append(triage.triage_pending(pod or {"metadata": {"name": name}}, events, nodes, recheck_s))
+    for event, said in triage.heard(events):
+        if said.speaker in {words.KUBELET, words.OPERATOR, words.CREATE}:
+            found.append(triage.from_words(subject, str(event.get("reason")), str(event.get("message")), said,
+                                           recheck_s))
+    return triage.combine(found)
+
+
+def _condition_verdicts(subject: str, kind: str, obj: Obj, recheck_s: float) -> list[Verdict]:
+    status = obj.get("status") or {}
+    found = []
+    conditions = [*(status.get("conditions") or []), *(status.get("schedulingConditions") or [])]
+    for cond in conditions:
+        kind_ = str(cond.get("type") or "")
+        bad = (kind_ in _BAD_WHEN_FALSE and cond.get("status") == "False") or \
+              (kind_ in _BAD_WHEN_TRUE and cond.get("status") == "True") or kind_.startswith("Unschedulable")
+        if not bad:
+            continue
+        reason, message = str(cond.get("reason") or kind_), str(cond.get("message") or "")
+        said = words.judge(reason, message) or words.judge(kind_, message)
+        if said is None and kind in DYNAMO_KINDS:
+            said = words.judge_operator(message)
+        if said is None and kind_ == "Failed":
+            # A failed Job says only that it failed (reason BackoffLimitExceeded, older messages misspelt):
+            # why is in its pods' logs.
+            said = words.Words(words.UNKNOWN, words.CREATE, f"it failed ({reason}): its pods' logs say why")
+        if said is not None and said.category != words.CLEARED:
+            found.append(triage.from_words(subject, f"{kind_}={cond.get('status')} {reason}", message, said, recheck_s))
+    spec = obj.get("spec")
+    if kind == "DynamoGraphDeployment" and isinstance(spec, Mapping) and not (spec.get("services") or
+                                                                              spec.get("components")):
+        # Zero components are trivially all ready: the operator reports Ready for an empty DGD.
+        found.append(Verdict(words.FAILED_DEPLOY, f"{subject} declares no components: nothing is deployed, whatever "
+                             "its Ready condition says", [f"{subject}: spec has no services/components"],
+                             decisive=True))
+    return found
+
+
+def triage_object(kind: str, name: str, obj: Obj | None, events: Sequence[Obj],
+                  recheck_s: float = 30.0) -> Verdict | None:
+    """Any object but a pod, from its events and status conditions (``FailedCreate``, DCD
+    ``Available=False``, PodGroup ``PodSchedulingErrors``/``Unschedulable``, Workload
+    ``QuotaReserved=False``, Deployment ``ReplicaFailure``, DGD ``Ready=False``)."""
+    subject = f"{kind}/{name}"
+    found = [triage.from_words(subject, str(e.get("reason")), str(e.get("message")), said, recheck_s)
+             for e, said in triage.heard(events)]
+    if obj is not None:
+        found += _condition_verdicts(subject, kind, obj, recheck_s)
+    return triage.combine(found)
+
+
+Key = tuple[str, str, str]
+
+
+def _key(obj: Obj, kind: str | None = None) -> Key:
+    meta = obj.get("metadata") or {}
+    return (str(kind or obj.get("kind") or ""), str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def triage_all(events: Iterable[Obj], objects: Iterable[Obj] = (), nodes: Sequence[Obj] | None = None,
+               recheck_s: float = 30.0) -> list[Finding]:
+    """A finding for each object the events involve or ``objects`` holds (pods, DCDs, ReplicaSets,
+    PodGroups, Workloads, ...) that has a verdict, in the order first met. ``nodes`` (or the Node
+    objects among ``objects``) let pods be judged against them: oversized requests, the taints
+    not tolerated, a GPU device plugin that advertises nothing."""
+    found: dict[Key, Obj] = {}
+    told: dict[Key, list[Obj]] = {}
+    order: list[Key] = []
+    listed_nodes = []
+    for obj in objects:
+        if obj.get("kind") == "Node":
+            listed_nodes.append(obj)
+            continue
+        key = _key(obj)
+        found[key] = obj
+        order.append(key)
+    for raw in events:
+        event = normalized(raw)
+        involved = event["involvedObject"]
+        key = (str(involved.get("kind") or ""),
+               str(involved.get("namespace") or (event.get("metadata") or {}).get("namespace") or ""),
+               str(involved.get("name") or ""))
+        if key not in found and key not in told:
+            # An object listed without a namespace (a bare pod) is the same as its events' one.
+            bare = (key[0], "", key[2])
+            if bare in found:
+                key = bare
+            else:
+                order.append(key)
+        told.setdefault(key, []).append(event)
+    node_list = nodes if nodes is not None else (listed_nodes or None)
+    out = []
+    for key in dict.fromkeys(order):
+        kind, namespace, name = key
+        if kind == "Pod":
+            verdict = triage_pod(found.get(key), name, told.get(key, []), node_list, recheck_s)
+        else:
+            verdict = triage_object(kind, name, found.get(key), told.get(key, []), recheck_s)
+        if verdict is not None:
+            out.append(Finding(kind, name, namespace, verdict))
+    return out

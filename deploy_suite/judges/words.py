@@ -1,0 +1,331 @@
+"""What the cluster's components say about a pod or a workload object, judged from their words alone.
+
+Step 6 of README.md triages a pod that does not become ready from the words of whoever refused it,
+and each speaker has its own wording: kube-scheduler (old and new), KAI, Volcano, Kueue, the
+ResourceQuota and admission plugins (``FailedCreate`` on ReplicaSets and the like), the operator,
+cluster-autoscaler, Karpenter and the kubelet. :func:`judge` turns one reason and message into
+:class:`Words`: a category, the speaker (a later word of the same speaker replaces its earlier
+ones) and, for a shortage, the resources short. What pod and nodes add (a request no node could
+ever hold, which taint, a missing GPU device plugin) is judged in :mod:`deploy_suite.judges.triage`.
+
+Categories and the action each implies (the ``deploy-suite triage`` command prints both; the
+table is in docs/triage.md):
+
+* ``failed-deploy``, ``crash``: the candidate can never run as written: a failed attempt.
+* ``contention``, ``provisioning``, ``gang``, ``pull-retry``: waiting can help (capacity held by
+  others, a node or claim being made, a gang being assembled, a pull the kubelet retries).
+* ``dependency``: a claim, quota, admission policy, Secret or registry access must be fixed first.
+* ``platform``: the cluster itself is broken (a webhook or the operator unreachable, the GPU
+  device plugin or runtime absent, a node down or cordoned): blocked, not the candidate's failure.
+* ``unknown``: nothing here recognises the words; a person must read them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from deploy_suite.constants import WEBHOOK_UNREACHABLE
+from deploy_suite.judges import operator_status
+
+FAILED_DEPLOY = "failed-deploy"
+CONTENTION = "contention"
+DEPENDENCY = "dependency"
+CRASH = "crash"
+UNKNOWN = "unknown"
+PULL_RETRY = "pull-retry"
+PLATFORM = "platform"
+GANG = "gang"
+PROVISIONING = "provisioning"
+# The speaker's newest word says its earlier problem is over (``Scheduled``, ``SuccessfulCreate``).
+CLEARED = "cleared"
+
+WAIT = "wait"
+FAILED_ATTEMPT = "failed-attempt"
+FIX_DEPENDENCY = "fix-dependency"
+ACTIONS: dict[str, str] = {
+    FAILED_DEPLOY: FAILED_ATTEMPT, CRASH: FAILED_ATTEMPT,
+    CONTENTION: WAIT, PROVISIONING: WAIT, GANG: WAIT, PULL_RETRY: WAIT,
+    DEPENDENCY: FIX_DEPENDENCY,
+    # A platform fault is a dependency of every candidate: someone fixes the cluster, then reruns.
+    PLATFORM: FIX_DEPENDENCY,
+    UNKNOWN: UNKNOWN,
+}
+
+# Speakers. Each judges a different thing, so a verdict combines the newest word of each.
+SCHEDULER = "scheduler"      # existing nodes (kube-scheduler, KAI, Volcano)
+GANG_SCHEDULER = "gang"      # the pod group as a whole (Volcano, KAI)
+AUTOSCALER = "autoscaler"    # new nodes (cluster-autoscaler)
+PROVISIONER = "provisioner"  # new nodes (Karpenter)
+QUEUE = "queue"              # admission by quota queues (Kueue)
+CREATE = "create"            # pod creation by a controller (ResourceQuota, admission webhooks, validation)
+KUBELET = "kubelet"          # the node: volumes, images, containers
+OPERATOR = "operator"        # the Dynamo operator's objects (DGD, DCD)
+
+
+@dataclass(frozen=True)
+class Words:
+    """One speaker's judgement: ``category``, ``why`` (a short phrase), ``capacity`` (resources
+    named short, for the oversize check) and ``decisive`` (final whatever others say: a request
+    larger than any node, an invalid template)."""
+
+    category: str
+    speaker: str
+    why: str
+    capacity: tuple[str, ...] = ()
+    decisive: bool = False
+
+
+# A component of the platform does not answer: no candidate can fix that.
+_PLATFORM = re.compile(
+    WEBHOOK_UNREACHABLE + r"|no endpoints available for service|"
+    r"failed to prepare dynamic resources|nvidia-container-cli|error running hook", re.IGNORECASE)
+
+# Fragments of a scheduler's per-node reasons (kube-scheduler "<n> node(s) ...", Volcano "plugin X
+# predicates failed ...", KAI "... didn't have enough resources: GPUs"), lowercased.
+_SCHED_DEPENDENCY = (
+    "unbound immediate persistentvolumeclaims", "unbound persistentvolumeclaims", "persistentvolumeclaim \"",
+    "exceedsgpuquota", "exceeded quota",
+)
+# Storage that rules a node out: a dependency unless some other node is only short of capacity.
+_SCHED_STORAGE = ("didn't find available persistent volumes", "volume node affinity conflict")
+# Node health and cordons: the node is out for every pod; it may come back, but not by the candidate.
+_SCHED_PLATFORM = (
+    "node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready", "node.kubernetes.io/network-unavailable",
+    "node.kubernetes.io/unschedulable", "were unschedulable", "node unregistered", "no nvidia device available",
+)
+_SCHED_NEVER = (
+    "untolerated taint", "that the pod didn't tolerate", "didn't match pod's node affinity/selector",
+    "didn't match node selector", "didn't match pod anti-affinity", "didn't match pod affinity",
+    "didn't satisfy existing pods anti-affinity", "didn't match pod topology spread constraints (missing required",
+)
+# A shortage on a node that could take the pod: someone else holds it, waiting can help.
+_SCHED_SHORT = re.compile(
+    r"Insufficient ([\w./-]*[\w-])|(too many pods)|(didn't have free ports)|(exceed max volume count)|"
+    r"(NodeUnfitPod)|(waiting for preemptible or free resource)|didn't have enough resources?: ([\w ./-]*\w)|"
+    r"(cannot allocate all claims)", re.IGNORECASE)
+# KAI names resources in words ("GPUs"); the oversize check reads the Kubernetes names.
+_KAI_RESOURCES = {"gpus": "nvidia.com/gpu", "gpu": "nvidia.com/gpu", "cpu": "cpu", "memory": "memory"}
+
+
+# What each shortage phrase (the regex's groups 2 to 8) is short of, as a person names it.
+_SHORT_OF = {2: "pods", 3: "host ports", 4: "volume slots", 5: "devices (NodeUnfitPod)", 6: "free resources",
+             8: "device claims"}
+
+
+def _shortages(text: str) -> tuple[str, ...]:
+    found: list[str] = []
+    for match in _SCHED_SHORT.finditer(text):
+        group = next(i for i, g in enumerate(match.groups(), 1) if g)
+        name = match.group(group)
+        found.append(_SHORT_OF.get(group) or (_KAI_RESOURCES.get(name.lower(), name) if group == 7 else name))
+    return tuple(dict.fromkeys(found))
+
+
+def scheduler_head(message: str) -> str:
+    """The per-node reasons of a scheduler message, without the preemption tail and the DRA note
+    (``... no new claims to deallocate, preemption: ...``) and the condition's ``Unschedulable:``."""
+    head = message.split("preemption:", maxsplit=1)[0].removeprefix("Unschedulable:").strip()
+    return head.removesuffix(",").replace("no new claims to deallocate", "").strip().rstrip(",").strip()
+
+
+def judge_scheduler(message: str, speaker: str = SCHEDULER) -> Words:
+    """A scheduler's "cannot place this pod" message, judged by its worst-for-waiting reason."""
+    head = scheduler_head(message)
+    low = head.lower()
+    if "maxnodepoolresources" in low or re.search(r"no node in the .*node-pool has", low):
+        # KAI: the request exceeds what any node of the pool has at all.
+        return Words(FAILED_DEPLOY, speaker, "no node in the pool has the resources requested", decisive=True)
+    if any(g in low for g in ("tasks in gang unschedulable", "are required for gang scheduling",
+                              "pod group is not ready")):
+        inner = re.split(r"origin reason is [^:]*:|cannot be scheduled due to:", head, flags=re.IGNORECASE)
+        if len(inner) > 1:
+            return judge_scheduler(inner[-1], GANG_SCHEDULER)
+        return Words(GANG, GANG_SCHEDULER, "the pod group waits for its gang (minAvailable not yet met)")
+    dependency = [d for d in _SCHED_DEPENDENCY if d in low]
+    if dependency:
+        return Words(DEPENDENCY, speaker, ", ".join(dependency))
+    short = _shortages(head)
+    if short:
+        return Words(CONTENTION, speaker, "short of " + ", ".join(short), capacity=short)
+    storage = [d for d in _SCHED_STORAGE if d in low]
+    if storage:
+        return Words(DEPENDENCY, speaker, ", ".join(storage))
+    platform = [p for p in _SCHED_PLATFORM if p in low]
+    if platform:
+        return Words(PLATFORM, speaker, "nodes out of service: " + ", ".join(platform))
+    never = [n for n in _SCHED_NEVER if n in low]
+    if never:
+        return Words(FAILED_DEPLOY, speaker, ", ".join(never))
+    if "waiting for resource driver" in low:
+        return Words(PROVISIONING, speaker, "a resource driver is allocating the pod's claim")
+    return Words(UNKNOWN, speaker, "not a reason this triage knows")
+
+
+def judge_autoscaler(reason: str, message: str) -> Words:
+    """cluster-autoscaler: ``TriggeredScaleUp`` (a node is coming) or ``NotTriggerScaleUp`` with its
+    per-node-group reasons."""
+    if reason == "TriggeredScaleUp":
+        return Words(PROVISIONING, AUTOSCALER, "scale-up triggered")
+    low = message.lower()
+    # Limits and back-off of a group that could hold the pod: bounded waiting can help.
+    bounded = [b for b in ("max node group size reached", "in backoff after failed scale-up",
+                           "max cluster cpu, memory limits reached", "max cluster cpu limit reached",
+                           "max cluster memory limit reached", "quota exceeded") if b in low]
+    if bounded:
+        return Words(CONTENTION, AUTOSCALER, "no new node now: " + ", ".join(bounded))
+    short = _shortages(message)
+    if "wouldn't fit if a new node is added" in low and short:
+        # Even an empty new node of every group is too small: the request is oversized.
+        return Words(FAILED_DEPLOY, AUTOSCALER, "no node group's new node could hold it: short of "
+                     + ", ".join(short), capacity=short, decisive=True)
+    words = judge_scheduler(message.split(":", 1)[-1], AUTOSCALER)
+    if words.category in {FAILED_DEPLOY, UNKNOWN}:
+        return Words(words.category, AUTOSCALER, f"no node group fits: {words.why}")
+    return words
+
+
+def judge_provisioner(reason: str, message: str) -> Words:
+    """Karpenter: ``Nominated`` (a node or nodeclaim is made for the pod) or why no nodepool fits."""
+    if reason == "Nominated":
+        return Words(PROVISIONING, PROVISIONER, "a node is being provisioned for the pod")
+    low = message.lower()
+    if "exceed limits for nodepool" in low or "would exceed" in low:
+        return Words(CONTENTION, PROVISIONER, "the nodepool's limits are reached")
+    if "no instance type satisfied resources" in low:
+        return Words(FAILED_DEPLOY, PROVISIONER, "no instance type any nodepool may launch holds the request",
+                     decisive=True)
+    if "did not tolerate" in low or "incompatible requirements" in low or "incompatible with" in low:
+        return Words(FAILED_DEPLOY, PROVISIONER, "no nodepool is compatible with the pod's taints or requirements")
+    return Words(UNKNOWN, PROVISIONER, "not a reason this triage knows")
+
+
+def judge_queue(message: str) -> Words:
+    """Kueue's ``couldn't assign flavors ...`` (a Workload's ``QuotaReserved``/``Pending``)."""
+    low = message.lower()
+    if "insufficient unused quota" in low or "pending the preemption" in low:
+        # Others hold the quota now; it frees when they finish (or are preempted).
+        return Words(CONTENTION, QUEUE, "the queue's quota is in use by other workloads")
+    if any(w in low for w in ("insufficient quota", "unavailable in clusterqueue", "request > maximum capacity",
+                              "doesn't exist", "is inactive", "not found")):
+        return Words(DEPENDENCY, QUEUE, "the queue's quota can never admit it as configured")
+    return Words(UNKNOWN, QUEUE, "not a reason this triage knows")
+
+
+def judge_create(message: str) -> Words:
+    """A controller could not create a pod (``FailedCreate``) or an object was refused on create."""
+    low = message.lower()
+    if "exceeded quota" in low or "failed quota" in low:
+        return Words(DEPENDENCY, CREATE, "a ResourceQuota refuses the pod")
+    if re.search(r"user \"[^\"]*\" cannot \w+ resource", low):
+        # RBAC refuses the controller itself (the operator's or the platform's service account).
+        return Words(PLATFORM, CREATE, "the controller's own permissions (RBAC) refuse it")
+    if "vdynamographdeployment" in low and "denied the request" in low and "immutable" not in low:
+        # The operator's own webhook judges the candidate's spec (docs/triage.md): its manifest is wrong.
+        return Words(FAILED_DEPLOY, CREATE, "the operator's webhook refuses the DGD's spec", decisive=True)
+    if "denied the request" in low:
+        return Words(DEPENDENCY, CREATE, "an admission webhook refuses it")
+    if "violates podsecurity" in low or "error looking up service account" in low or "limitrange" in low or \
+            re.search(r"(maximum|minimum) .* usage per (container|pod)", low):
+        return Words(DEPENDENCY, CREATE, "a namespace policy (pod security, service account, limit range) refuses it")
+    if "invalid value" in low or "is invalid" in low or "required value" in low or "must be" in low:
+        return Words(FAILED_DEPLOY, CREATE, "the pod template is invalid", decisive=True)
+    if "forbidden" in low:
+        return Words(DEPENDENCY, CREATE, "an admission plugin forbids it")
+    return Words(UNKNOWN, CREATE, "not a reason this triage knows")
+
+
+def judge_operator(message: str) -> Words | None:
+    """The Dynamo operator's words on a DGD or DCD (docs/triage.md lists them). Its reconcile
+    errors are told apart by :mod:`deploy_suite.judges.operator_status`, the one table of them that step
+    6's DGD wait also reads: known-permanent ones by what fixes them, a retried 409 as no verdict."""
+    permanent = operator_status.permanent_error(message)
+    if permanent is not None:  # operator_status's categories are this module's
+        return Words(permanent, OPERATOR, "a reconcile error no later reconcile clears",
+                     decisive=permanent == FAILED_DEPLOY)
+    if operator_status.TRANSIENT_ERRORS.search(message):
+        return None  # written as failed until the next reconcile (docs/operator-generations.md)
+    low = message.lower()
+    if "persistentvolumeclaims" in low and "not found" in low:
+        return Words(DEPENDENCY, OPERATOR, "a PVC the DGD names does not exist")
+    if "error creating" in low or "forbidden" in low or "invalid value" in low or "denied the request" in low:
+        words = judge_create(message)
+        return Words(words.category, OPERATOR, words.why, decisive=words.decisive)
+    if "image" in low and re.search(r"\b(401|403)\b|unauthori[sz]ed|denied", low):
+        return Words(DEPENDENCY, OPERATOR, "the registry refuses the operator's image check (credentials)")
+    return None
+
+
+_PULL_EVENT = re.compile(r"failed to pull|error: (errimagepull|imagepullbackoff)|back-off pulling image",
+                         re.IGNORECASE)
+_CONFIG = re.compile(r"couldn't find key|secret \"[^\"]*\" not found|configmap \"[^\"]*\" not found",
+                     re.IGNORECASE)
+
+
+def judge_kubelet(reason: str, message: str, count: int = 1) -> Words | None:
+    """The kubelet's Warning events on a pod (images are judged with its pull rules in triage)."""
+    if _CONFIG.search(message):
+        return Words(DEPENDENCY, KUBELET, "a referenced Secret, ConfigMap or key is missing")
+    if reason == "BackOff" and "restarting failed container" in message:
+        # The first restart may recover (README.md, step 6): final only once it repeats.
+        return Words(CRASH, KUBELET, "crash loop", decisive=True) if count >= 2 else None
+    if reason == "Evicted":
+        return Words(UNKNOWN, KUBELET, "evicted by the node (resource pressure): its controller recreates it")
+    if reason in {"FailedMount", "FailedAttachVolume"}:
+        return Words(UNKNOWN, KUBELET, "a volume is not mounted yet")
+    return None
+
+
+def is_platform(message: str) -> bool:
+    """The words of a platform component failing (a webhook unreachable, the GPU runtime)."""
+    return bool(_PLATFORM.search(message))
+
+
+def is_pull_failure(message: str) -> bool:
+    return bool(_PULL_EVENT.search(message))
+
+
+_SCHEDULER_REASONS = frozenset({"FailedScheduling", "Unschedulable", "PodSchedulingErrors", "NotEnoughResources",
+                                "UnschedulableOnNodePool"})
+_SCHEDULER_WORDS = re.compile(r"nodes are (un)?available|tasks in gang|pod group is not ready")
+
+
+def judge(reason: str, message: str, count: int = 1) -> Words | None:
+    """The judgement of one event's (or condition's) reason and message; None when it says nothing
+    about why an object is not ready (``Pulled``, ``Started``, ``ScalingReplicaSet`` ...)."""
+    if operator_status.permanent_error(message) is not None:
+        return judge_operator(message)
+    if _PLATFORM.search(message):
+        return Words(PLATFORM, _speaker_of(reason, message),
+                     "a platform component fails (a webhook, the operator, the GPU runtime or a DRA driver)")
+    if reason in {"Scheduled", "SuccessfulCreate"}:
+        return Words(CLEARED, SCHEDULER if reason == "Scheduled" else CREATE, reason)
+    if reason in {"TriggeredScaleUp", "NotTriggerScaleUp"}:
+        return judge_autoscaler(reason, message)
+    if reason == "Nominated" or (reason == "FailedScheduling" and _is_karpenter(message)):
+        return judge_provisioner(reason, message)
+    if "couldn't assign flavors" in message or reason in {"QuotaReserved", "Admitted"}:
+        return judge_queue(message)
+    if reason in _SCHEDULER_REASONS or _SCHEDULER_WORDS.search(message):
+        return judge_scheduler(message)
+    if reason == "SchedulingGated":
+        return Words(GANG, GANG_SCHEDULER, "scheduling gated until its gang is created")
+    if reason in {"FailedCreate", "ReplicaFailure"} or message.startswith("Error creating") or \
+            "denied the request" in message or "exceeded quota" in message:
+        return judge_create(message)
+    if reason == "ReconcileError" or (reason.startswith("Failed") and "reconcile" in message.lower()):
+        if operator_status.TRANSIENT_ERRORS.search(message):
+            return None  # a conflict the operator retries by itself
+        return judge_operator(message) or Words(UNKNOWN, OPERATOR, "a reconcile error")
+    return judge_kubelet(reason, message, count)
+
+
+def _is_karpenter(message: str) -> bool:
+    low = message.lower()
+    return "nodepool" in low or "nodeclaim" in low or "provisioner \"" in low or "instance type" in low
+
+
+def _speaker_of(reason: str, message: str) -> str:
+    if reason in {"FailedCreate", "ReplicaFailure"} or message.startswith("Error creating"):
+        return CREATE
+    return KUBELET if reason in {"Failed", "FailedMount", "FailedPrepareDynamicResources"} else OPERATOR

@@ -1,0 +1,70 @@
+"""What the deployed pods show, read after step 6's wait: which component each pod belongs to,
+a multinode component's leader and workers, and the spec fields that carry the candidate's knobs
+(the ledger's ``readiness.components`` and ``config_engagement``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from deploy_suite.access.kube import Kube, Obj
+from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME, LABEL_SELECTOR
+from deploy_suite.judges import conditions
+from deploy_suite.model.dgd import Dgd
+
+
+def components(pods: Sequence[Obj], dgd: Dgd, expected: Mapping[str, int]) -> dict[str, Any]:
+    """Per component: pods expected and ready, their names and nodes; a multinode component's
+    ``layout`` (leader first, each pod on its node)."""
+    out: dict[str, Any] = {}
+    for comp in dgd.components:
+        mine = [p for p in pods if belongs(p, dgd.name, comp.name)]
+        out[comp.name] = {"expected": expected[comp.name], "ready": sum(map(conditions.pod_ready, mine)),
+                          "pods": sorted(p["metadata"]["name"] for p in mine),
+                          "nodes": sorted({p["spec"].get("nodeName", "") for p in mine})}
+        roles = {p["metadata"]["name"]: (role, p["spec"].get("nodeName", "")) for p in mine
+                 if (role := multinode_role(p)) is not None}
+        if roles:
+            out[comp.name]["layout"] = [{"pod": name, "role": role, "node": node} for name, (role, node) in
+                                        sorted(roles.items(), key=lambda kv: (kv[1][0] != "leader", kv[0]))]
+    return out
+
+
+def multinode_role(pod: Obj) -> str | None:
+    """``leader`` or ``worker`` of a multinode pod, by the labels each orchestrator puts on it
+    (docs/operator-generations.md): the operator's ``role`` (LWS path), LWS's worker index (0 leads),
+    Grove's clique name (``<component>-ldr``/``-wkr``); None for a single-node pod."""
+    labels = pod["metadata"].get("labels") or {}
+    if labels.get("role") in {"leader", "worker"}:
+        return str(labels["role"])
+    index = labels.get("leaderworkerset.sigs.k8s.io/worker-index")
+    if index is not None:
+        return "leader" if str(index) == "0" else "worker"
+    clique = str(labels.get("grove.io/podclique") or "")
+    return "leader" if clique.endswith("-ldr") else "worker" if clique.endswith("-wkr") else None
+
+
+def belongs(pod: Obj, dgd_name: str, component: str) -> bool:
+    """A pod of ``component``: the operator's component label, or its selector label."""
+    labels = pod["metadata"].get("labels") or {}
+    return labels.get(LABEL_COMPONENT) == component or labels.get(LABEL_SELECTOR) == f"{dgd_name}-{component.lower()}"
+
+
+def config_engagement(kube: Kube, namespace: str, dgd: Dgd) -> list[dict[str, Any]]:
+    """The deployed pods' spec fields that carry the candidate's knobs (image, args, GPUs, selector)."""
+    pods, _ = kube.list_items("Pod", namespace, label_selector=f"{LABEL_DGD_NAME}={dgd.name}")
+    evidence = []
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        containers = pod["spec"]["containers"]
+        main = next((c for c in containers if c.get("name") == "main"), containers[0])
+        evidence.append({
+            "pod": pod["metadata"]["name"],
+            "component": (pod["metadata"].get("labels") or {}).get(LABEL_COMPONENT),
+            "node": pod["spec"].get("nodeName"),
+            "image": main.get("image"),
+            "command": main.get("command"),
+            "args": main.get("args"),
+            "gpus": conditions.gpus_of(pod),
+            "nodeSelector": pod["spec"].get("nodeSelector"),
+        })
+    return evidence

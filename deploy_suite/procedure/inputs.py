@@ -1,0 +1,212 @@
+"""Step 1: judge the handed-off inputs, then create the deployment directory.
+
+Everything here is local file work; nothing talks to a cluster. The order is the integrity
+order README.md's step table gives: (1) the workload's SHA-256 is recomputed before anything in
+it is read, (2) the DGD's SHA-256 is recomputed before any copy, (3) at iteration 0 the assigned
+DGD must be the workload's ``deployment.dgd_path`` / ``dgd_sha256``. Only then is
+``<EXP_ROOT>/artifacts/deploy-iter-NNN/applied_manifests/`` created and filled with run-scoped
+copies under stable names. Every refusal is an ``InputError`` naming the input and the fix.
+
+The rules themselves live in their own modules: option values in ``deploy_suite.procedure.settings``, the
+workload schema in ``deploy_suite.model.workload``, what a manifest may hold in
+``deploy_suite.model.manifests``, the deployment directory (lock, resume, copies, the previous
+deployment) in ``deploy_suite.procedure.workspace``; recording the result is ``deploy_suite.procedure.runstate``'s job.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deploy_suite.errors import InputError
+from deploy_suite.model.files import (
+    FileRef,
+    check_sha,
+    display,
+    existing_file,
+    hash_of,
+    inside_exp_root,
+    rel,
+    sha256_file,
+)
+from deploy_suite.model.manifests import (
+    check_dgd_deployable,
+    check_dgd_objects,
+    check_support_documents,
+    dgd_precision,
+    parse_dgd,
+    select_download_variant,
+)
+from deploy_suite.model.workload import WORKLOAD_FIX, Workload, contract_dgd_candidates, parse_workload
+from deploy_suite.procedure.settings import Settings, SupportInput, deploy_id
+from deploy_suite.procedure.workspace import AppliedManifest, PreviousDeployment, Resume, claim, fill, read_previous
+from deploy_suite.yamlio import load_yaml_documents
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Result of step 1: everything later steps need about the inputs."""
+
+    exp_root: Path
+    deploy_root: Path
+    workload_file: FileRef
+    workload: Workload
+    source_dgd: FileRef
+    dgd_name: str
+    precision: tuple[str, ...]
+    manifests: tuple[AppliedManifest, ...]
+    unselected: tuple[FileRef, ...]
+    previous: PreviousDeployment | None
+    resume: Resume | None
+
+    def manifest_paths(self) -> dict[str, Path]:
+        return {m.type: m.path for m in self.manifests}
+
+    def sources(self) -> tuple[FileRef, ...]:
+        """Every handed-off file, for the end-of-run check that none was modified."""
+        return (self.workload_file, *(m.source for m in self.manifests if m.type != "deploy"),
+                self.source_dgd, *self.unselected)
+
+
+# (deploy_root, resumed, earlier ledger or None)
+OnDirectory = Callable[[Path, bool, Mapping[str, Any] | None], None]
+
+
+def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prepared:
+    """Step 1, whole: judge every input, then create and fill the deployment directory.
+
+    ``on_directory(deploy_root, resumed, earlier_ledger)`` is called once the directory exists and
+    before anything is copied into it, so the caller can write the first ledger there.
+    """
+    exp_root_input = f"--exp-root {settings.exp_root}"
+    if not settings.exp_root.is_dir():
+        raise InputError(exp_root_input, "directory not found",
+                         "pass the experiment root runs/<EXP_ID> that user-interviewer created")
+    exp_root = Path(os.path.realpath(settings.exp_root))
+    superseded = exp_root / "SUPERSEDED"
+    if superseded.exists():
+        raise InputError(exp_root_input, "is marked SUPERSEDED (the workload was corrected after handoff)",
+                         "use the new EXP_ROOT named in its SUPERSEDED file")
+
+    # (1) The workload: hash first, then read.
+    workload_name = f"--workload {display(settings.workload, exp_root)}"
+    hand_fix = f"ask {settings.provenance} to re-issue the handoff; never edit the hash to match"
+    workload_real = existing_file(settings.workload, exp_root, workload_name,
+                                   "pass the exact <EXP_ROOT>/user_workload.yaml path")
+    workload_sha = check_sha(workload_real, settings.workload_sha256, workload_name, hand_fix)
+    workload = parse_workload(load_yaml_documents(workload_real, workload_name, WORKLOAD_FIX), workload_name)
+    workload_file = FileRef(workload_real, rel(workload_real, exp_root), workload_sha)
+
+    # (2) The assigned DGD: hash before anything is copied.
+    dgd_name_in = f"--dgd {display(settings.dgd, exp_root)}"
+    dgd_real = existing_file(settings.dgd, exp_root, dgd_name_in, "pass the assigned DGD manifest path")
+    dgd_sha = check_sha(dgd_real, settings.dgd_sha256, dgd_name_in, hand_fix)
+    dgd_docs = load_yaml_documents(dgd_real, dgd_name_in, hand_fix)
+    dgd_name = parse_dgd(dgd_docs, dgd_name_in)
+    check_dgd_objects(dgd_docs, dgd_name_in, workload.namespace)
+    dgd_model = check_dgd_deployable(dgd_docs, dgd_name_in)
+    source_dgd = FileRef(dgd_real, rel(dgd_real, exp_root), dgd_sha)
+
+    # (3) Iteration 0: the assigned DGD is the contract's baseline.
+    if settings.iteration == 0:
+        contract_paths = contract_dgd_candidates(workload.dgd_path, exp_root)
+        if not any(Path(os.path.realpath(p)) == dgd_real for p in contract_paths):
+            raise InputError(
+                dgd_name_in,
+                f"is not the contract's deployment.dgd_path {workload.dgd_path!r} (iteration 0 deploys the baseline)",
+                "pass --dgd <EXP_ROOT>/inputs/user_provided_dgd.yaml as recorded in user_workload.yaml",
+            )
+        if dgd_sha != workload.dgd_sha256:
+            raise InputError(
+                dgd_name_in,
+                f"SHA-256 {dgd_sha} differs from the contract's deployment.dgd_sha256 {workload.dgd_sha256}",
+                "deploy the baseline user_workload.yaml records, or ask user-interviewer for a new EXP_ROOT",
+            )
+
+    # Support manifests: only what the handoff contains.
+    precision = dgd_precision(dgd_model)
+    chosen, unselected = _choose_support(settings.support, exp_root, workload, precision)
+
+    previous = None
+    if settings.iteration > 0:
+        assert settings.prev_deploy_root is not None  # settings refuse iteration > 0 without it
+        previous = read_previous(settings.prev_deploy_root, exp_root, settings.iteration)
+
+    # The directory: exactly one per candidate; a rerun of the same candidate resumes in it.
+    deploy_root = exp_root / "artifacts" / deploy_id(settings.iteration)
+    inside_exp_root(deploy_root, exp_root, f"{exp_root_input} artifacts/")
+    if previous is not None and previous.root == Path(os.path.realpath(deploy_root)):
+        raise InputError("--prev-deploy-root", "is this iteration's own deployment directory",
+                         f"pass <EXP_ROOT>/artifacts/{deploy_id(settings.iteration - 1)}")
+    # One run per deployment directory: claimed under its lock before anything is written in it.
+    resuming, earlier = claim(deploy_root, settings.iteration, dgd_sha)
+    if on_directory is not None:
+        on_directory(deploy_root, resuming, earlier)
+    manifests, resume = fill(deploy_root, source_dgd, chosen, resuming, earlier, exp_root)
+    # The sources must still be what was handed over once copied (nobody edited them meanwhile).
+    for ref in (workload_file, source_dgd, *chosen.values()):
+        if sha256_file(ref.path) != ref.sha256:
+            raise InputError(f"source {ref.rel}", "changed while it was being copied",
+                             "stop whatever edits the handed-off files and rerun")
+    return Prepared(
+        exp_root=exp_root,
+        deploy_root=deploy_root,
+        workload_file=workload_file,
+        workload=workload,
+        source_dgd=source_dgd,
+        dgd_name=dgd_name,
+        precision=tuple(sorted(precision)),
+        manifests=tuple(manifests),
+        unselected=tuple(unselected),
+        previous=previous,
+        resume=resume,
+    )
+
+
+def _choose_support(
+    support: Sequence[SupportInput], exp_root: Path, workload: Workload, precision: set[str]
+) -> tuple[dict[str, FileRef], list[FileRef]]:
+    """One manifest per type (the download variant matching the model precision of the DGD and
+    of ``preferences.precision``), and the download variants not chosen."""
+    namespace = workload.namespace
+    by_type: dict[str, list[FileRef]] = {}
+    for item in support:
+        by_type.setdefault(item.type, []).append(_support_ref(item, exp_root, namespace))
+    for kind in ("model-cache", "model-validate"):
+        if len(by_type.get(kind, [])) > 1:
+            names = ", ".join(r.rel for r in by_type[kind])
+            raise InputError(f"--support {kind}", f"handed over {len(by_type[kind])} times ({names})",
+                             f"pass exactly one {kind} manifest")
+    chosen = {k: v[0] for k, v in by_type.items() if k != "model-download"}
+    unselected: list[FileRef] = []
+    if "model-download" in by_type:
+        pick = select_download_variant(by_type["model-download"], precision, workload.precision)
+        chosen["model-download"] = pick
+        unselected = [v for v in by_type["model-download"] if v is not pick]
+    return chosen, unselected
+
+
+def _support_ref(item: SupportInput, exp_root: Path, namespace: str) -> FileRef:
+    name = f"--support {item.type}={display(item.path, exp_root)}"
+    real = existing_file(item.path, exp_root, name, f"pass the {item.type} manifest that was handed over")
+    sha = hash_of(real, name)
+    check_support_documents(load_yaml_documents(real, name, "fix the YAML or hand over the right file"), name,
+                            item.type, namespace)
+    return FileRef(real, rel(real, exp_root), sha)
+
+
+def verify_sources(prepared: Prepared) -> list[str]:
+    """Problems found when re-hashing every handed-off source (empty = untouched)."""
+    problems = []
+    for ref in prepared.sources():
+        try:
+            actual = sha256_file(ref.path)
+        except OSError as exc:
+            problems.append(f"{ref.rel}: cannot be read at the end of the run ({exc.strerror})")
+            continue
+        if actual != ref.sha256:
+            problems.append(f"{ref.rel}: modified during the run (SHA-256 {actual}, was {ref.sha256})")
+    return problems

@@ -1,0 +1,428 @@
+"""The reviewer's page of a whole experiment: every iteration, what changed, what it cost, where the time went.
+
+``deploy-suite report EXP_ROOT`` and the end of every ``pytest --iter=N`` run write it (default
+``<EXP_ROOT>/artifacts/experiment.html``). It is built only from files of the experiment tree: the
+ledgers (``artifacts/deploy-iter-NNN/deployment_ledger.json``), their run-scoped copies
+(``applied_manifests/deploy.yaml``), ``user_workload.yaml`` (budgets, ``resources.pinned``) and
+``manifest.yaml`` (the session start), never the cluster, so it renders an archived experiment the
+same way. Budgets and live GPU-hours are counted as of the experiment's last ledger write.
+
+In order: one line with the experiment's blockers and next action; the budgets chart; one row per
+iteration; what changed for each iteration > 0 (``deploy_suite.reports.dgd_diff``); the timeline
+(``deploy_suite.reports.charts``). Self-contained (inline CSS and SVG, no script), every ledger
+string escaped, an old ledger without the newer fields rendered with what it has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deploy_suite import clock
+from deploy_suite.errors import InputError
+from deploy_suite.model import workload
+from deploy_suite.model.dgd import Dgd, load_dgd
+from deploy_suite.record import budget, experiment, resume
+from deploy_suite.record.ledger import atomic_write_text
+from deploy_suite.reports import dgd_diff
+from deploy_suite.reports import iteration as iteration_report
+from deploy_suite.reports.charts import ALLOCATION_COLOUR, STEP_COLOURS, Bar, Lane, Span, budget_svg, legend_html
+from deploy_suite.reports.charts import timeline_svg as _timeline_svg
+from deploy_suite.reports.values import Links, badge, esc, get_list, get_map, html_table, muted, seconds
+from deploy_suite.yamlio import load_one
+
+PAGE = "experiment.html"
+_DOT = " \u00b7 "
+
+_CSS = """
+.dsr table.dsr-iters td{white-space:nowrap}
+.dsr table.dsr-iters td.dsr-wrap{white-space:normal;min-width:110px}
+.dsr table.dsr-iters td.dsr-first{white-space:normal}
+.dsr .dsr-change{border:1px solid #d0d7de;border-radius:6px;padding:4px 10px;margin:8px 0;break-inside:avoid}
+.dsr .dsr-change h3{margin:4px 0}
+.dsr .dsr-pinned{color:#fff;background:#8250df;border-radius:8px;padding:0 6px;font-size:11px}
+.dsr .dsr-del{color:#82071e;background:#ffebe9}
+.dsr .dsr-add{color:#116329;background:#dafbe1}
+@media print{.dsr table.dsr-iters{font-size:8px}.dsr table.dsr-iters td{white-space:normal;min-width:0}
+ .dsr table.dsr-iters td code{overflow-wrap:normal}.dsr table.dsr-iters td.dsr-first small{display:none}}
+"""
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One deployment directory's ledger as read from disk."""
+
+    path: Path
+    data: Mapping[str, Any]
+
+    @property
+    def deploy_id(self) -> str:
+        return str(self.data.get("deploy_id") or self.path.parent.name)
+
+    @property
+    def number(self) -> int:
+        value = self.data.get("iteration")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        digits = self.path.parent.name.rsplit("-", 1)[-1]
+        return int(digits) if digits.isdigit() else -1
+
+
+@dataclass(frozen=True)
+class Experiment:
+    root: Path
+    exp_id: str
+    iterations: tuple[Iteration, ...]
+    pinned: tuple[str, ...]
+    state: budget.BudgetState | None
+    as_of: str | None
+
+
+def iteration_page(ledger_path: Path) -> Path:
+    """Where a run keeps its iteration page beside the ledger (``deploy-iter-NNN.html``)."""
+    return ledger_path.parent / f"{ledger_path.parent.name}.html"
+
+
+def _inside(root: Path, rel: object) -> Path | None:
+    """An EXP_ROOT-relative path of a ledger as a file of this tree; None for anything that could
+    lead out of it (absolute, ``..``): a ledger is data, not a pointer to follow anywhere."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/") or ".." in rel.split("/"):
+        return None
+    return root / rel
+
+
+def _workload(root: Path, iterations: Sequence[Iteration]) -> Mapping[str, Any]:
+    found = (_inside(root, get_map(it.data, "user_workload").get("path")) for it in reversed(iterations))
+    path = next((p for p in found if p is not None), root / "user_workload.yaml")
+    try:
+        data = load_one(path, "user_workload.yaml")
+    except (InputError, OSError):
+        return {}
+    return data if isinstance(data, Mapping) else {}
+
+
+def load(exp_root: Path) -> Experiment:
+    """Everything the page shows, from the experiment tree alone."""
+    root = exp_root.resolve()
+    documents = experiment.ledger_documents(root)
+    iterations = tuple(sorted((Iteration(p, d) for p, d in documents), key=lambda i: i.number))
+    work = _workload(root, iterations)
+    pinned = workload.lookup(work, "resources.pinned")
+    budgets = workload.lookup(work, "budgets")
+    stamps = [clock.parse_iso(i.data.get("updated_at")) for i in iterations]
+    known = [s for s in stamps if s is not None]
+    as_of = max(known) if known else None
+    state = None
+    if as_of is not None:
+        try:
+            state = budget.assess(root, budgets if isinstance(budgets, Mapping) else {}, 0, now=as_of,
+                                  summaries=[experiment.summarize(p, d) for p, d in documents])
+        except InputError:  # a manifest.yaml that does not parse: the rest of the page still renders
+            state = None
+    return Experiment(root, experiment.experiment_id(root), iterations,
+                      tuple(str(p) for p in pinned) if isinstance(pinned, list) else (), state,
+                      clock.iso(as_of) if as_of is not None else None)
+
+
+# --------------------------------------------------------------------------------------------
+# The top line and the budgets
+# --------------------------------------------------------------------------------------------
+
+
+def _top_line(exp: Experiment) -> str:
+    if not exp.iterations:
+        return f'<div class="dsr-next" id="dsr-top">{muted("no deployment ledger yet under artifacts/")}</div>'
+    latest = exp.iterations[-1]
+    blockers = [b for b in get_list(latest.data, "blockers") if isinstance(b, Mapping)]
+    # A budget spent since the last run's step 2 is the experiment's blocker too (said once: the
+    # last ledger's own budget blocker, when it has one, already says it).
+    if exp.state is not None and not any(b.get("class") == "budget" for b in blockers):
+        blockers.extend({"step": "budget", "message": message} for _, message, _ in exp.state.blockers)
+    said = "; ".join(f"{b.get('step')}: {b.get('message')}" for b in blockers)
+    blocked = (f'<b style="color:#cf222e">blockers ({len(blockers)}):</b> {esc(said)}' if blockers
+               else '<b style="color:#1a7f37">no blocker</b>')
+    return (f'<div class="dsr-next" id="dsr-top">{blocked}{muted(_DOT)}<b>next action '
+            f"({esc(latest.deploy_id)}):</b> {esc(iteration_report.next_action(latest.data))}</div>")
+
+
+def _budgets(exp: Experiment) -> str:
+    if exp.state is None:
+        return "<h2>Budgets</h2>" + muted("not counted: no ledger with a time of writing")
+    s = exp.state
+    bars = [Bar("failed deploys", s.failed_deploys.used, s.failed_deploys.limit, "failed deploy(s)"),
+            Bar("GPU-hours", round(s.gpu_hours.used, 3), s.gpu_hours.limit, "GPU-h"),
+            Bar("wall clock", round(s.wall_clock_hours.used, 2), s.wall_clock_hours.limit, "h")]
+    since = f", wall clock since {s.session_started_at}" if s.session_started_at else ", no session start recorded"
+    return (f'<h2 id="budgets">Budgets</h2><div class="dsr-svg">{budget_svg(bars)}</div>'
+            + muted(f"as of the last ledger write {s.at}{since}; grants from user_workload.yaml budgets "
+                    "(ungated when null)"))
+
+
+# --------------------------------------------------------------------------------------------
+# One row per iteration
+# --------------------------------------------------------------------------------------------
+
+_HEAD = ["iteration", "status", "provenance / review", "DGD", "GPUs", "capacity", "time to ready", "smoke",
+         "failed attempts", "allocated", "torn down", "GPU-hours"]
+
+
+def _capacity(data: Mapping[str, Any]) -> str:
+    verdict = get_map(data, "capacity").get("capacity") or get_map(data, "preflight").get("capacity")
+    return esc(verdict) if verdict else muted("not judged")
+
+
+def _time_to_ready(data: Mapping[str, Any]) -> str:
+    readiness = get_map(data, "readiness")
+    if readiness.get("state") == "ready" and readiness.get("seconds") is not None:
+        return esc(seconds(readiness.get("seconds")))
+    return muted(str(readiness.get("state") or "not reached"))
+
+
+def _smoke(data: Mapping[str, Any]) -> str:
+    smoke = get_map(data, "smoke")
+    if not smoke:
+        return muted("not run")
+    ok = smoke.get("success") == 1 or smoke.get("success") is True
+    timings = get_map(smoke, "timings")
+    said = ", ".join(f"{str(k).removesuffix('_s')} {seconds(v)}" for k, v in timings.items() if seconds(v))
+    gate = "" if ok else f" {smoke.get('gate') or ''}"
+    return (badge("passed" if ok else "failed", "#1a7f37" if ok else "#cf222e") + esc(gate)
+            + (f"<br>{muted(said)}" if said else ""))
+
+
+def _attempts(data: Mapping[str, Any]) -> str:
+    attempts = [a for a in get_list(data, "failed_attempts") if isinstance(a, Mapping)]
+    if not attempts:
+        return muted("none")
+    kinds = Counter(str(a.get("category") or "?") for a in attempts)
+    return f"{len(attempts)}: " + esc(", ".join(f"{k} x{n}" if n > 1 else k for k, n in kinds.most_common()))
+
+
+def _when(value: object) -> str:
+    """A ledger timestamp in two short lines (date, time), so the table fits a page."""
+    text = esc(value)
+    return text.replace("T", "<br>", 1) if value else muted("\u2013")
+
+
+def _torn_down(data: Mapping[str, Any]) -> str:
+    at = data.get("torn_down_at")
+    if at:
+        return _when(at)
+    teardown = get_map(data, "teardown")
+    if teardown:
+        return esc(f"{teardown.get('action')} ({teardown.get('policy')})")
+    return muted("live" if resume.intervals(data) else "\u2013")
+
+
+def _links(it: Iteration, links: Links, root: Path) -> str:
+    out = []
+    page = iteration_page(it.path)
+    if page.is_file():
+        out.append(links.link(page.relative_to(root).as_posix(), "page"))
+    out.append(links.link(it.path.relative_to(root).as_posix(), "ledger"))
+    out.extend(links.link(m.get("path"), esc(m.get("type") or "manifest"))
+               for m in get_list(it.data, "applied_manifests") if isinstance(m, Mapping) and m.get("path"))
+    return " \u00b7 ".join(out)
+
+
+def _row(it: Iteration, links: Links, root: Path) -> str:
+    d = it.data
+    status = str(d.get("status"))
+    colour = {"ready": "#1a7f37", "in_progress": "#9a6700"}.get(status, "#cf222e")
+    review = f"<br>{muted(str(d.get('review_id')))}" if d.get("review_id") else ""
+    until = d.get("updated_at")
+    hours = resume.gpu_hours(d, now=str(until) if until else None)
+    cells = [f"<b>{esc(it.number)}</b><br><small>{_links(it, links, root)}</small>", badge(status, colour),
+             f"{esc(d.get('provenance') or '?')}{review}",
+             f"<code>{esc(d.get('dgd_name') or '?')}</code>",
+             esc(d.get("gpus_requested")) if d.get("gpus_requested") is not None else muted("?"),
+             _capacity(d), _time_to_ready(d), _smoke(d), _attempts(d),
+             _when(d.get("allocated_at")), _torn_down(d),
+             f"{hours:.3f}"]
+    css = {0: ' class="dsr-first"', 2: ' class="dsr-wrap"', 7: ' class="dsr-wrap"', 8: ' class="dsr-wrap"'}
+    tds = "".join(f"<td{css.get(i, '')}>{c}</td>" for i, c in enumerate(cells))
+    return f'<tr class="dsr-iter" id="iter-{esc(it.number)}" data-iteration="{esc(it.number)}">{tds}</tr>'
+
+
+def _rows(exp: Experiment, links: Links) -> str:
+    if not exp.iterations:
+        return '<h2 id="iterations">Iterations</h2>' + muted("none yet")
+    head = "".join(f"<th>{esc(h)}</th>" for h in _HEAD)
+    body = "".join(_row(it, links, exp.root) for it in exp.iterations)
+    return (f'<h2 id="iterations">Iterations ({len(exp.iterations)})</h2><div class="dsr-svg">'
+            f'<table class="dsr-iters"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
+
+
+# --------------------------------------------------------------------------------------------
+# What changed
+# --------------------------------------------------------------------------------------------
+
+
+def _applied_dgd(it: Iteration, root: Path, cache: dict[Path, Dgd | str]) -> Dgd | str:
+    """The iteration's applied DGD, or why it cannot be read (a run blocked before the copy)."""
+    rel = next((m.get("path") for m in get_list(it.data, "applied_manifests")
+                if isinstance(m, Mapping) and m.get("type") == "deploy"), None)
+    path = _inside(root, rel)
+    if path is None:
+        return "no applied DGD recorded (the run stopped before step 1 copied it)"
+    if path not in cache:
+        try:
+            cache[path] = load_dgd(path)
+        except (InputError, OSError) as exc:
+            cache[path] = f"{rel} cannot be read: {exc}"
+    return cache[path]
+
+
+def _value(value: object) -> str:
+    return muted("absent") if value is None else f"<code>{esc(value)}</code>"
+
+
+def _diff_html(change: dgd_diff.DgdDiff) -> str:
+    parts = []
+    if change.renamed:
+        parts.append(f"<p>DGD renamed: {_value(change.renamed[0])} \u2192 {_value(change.renamed[1])}</p>")
+    for comp in change.components:
+        rows = [[esc(c.what), esc(c.kind),
+                 f'<span class="dsr-del">{_value(c.before)}</span>' if c.before is not None else _value(None),
+                 f'<span class="dsr-add">{_value(c.after)}</span>' if c.after is not None else _value(None)]
+                for c in comp.changes]
+        parts.append(f'<h4 class="dsr-component" data-component="{esc(comp.name)}">{esc(comp.name)} '
+                     f"{muted('(' + comp.status + ')')}</h4>" + html_table(["field", "", "before", "after"], rows))
+    # Per-component knobs (replicas, GPUs per worker, parallelism) are the component rows above;
+    # the table adds the graph-wide ones, and every pinned knob that moved.
+    shown = [k for k in change.knobs if k.pinned or not isinstance(k.before, dict | type(None))
+             or not isinstance(k.after, dict | type(None))]
+    if shown:
+        rows = [[esc(k.name) + (' <span class="dsr-pinned">pinned</span>' if k.pinned else ""),
+                 _value(k.before), _value(k.after)] for k in shown]
+        parts.append("<h4>knobs</h4>" + html_table(["knob", "before", "after"], rows))
+    moved = [k.name for k in change.knobs if k.pinned]
+    if change.pinned_unchanged:
+        parts.append(f"<p>{muted('pinned knobs unchanged (resources.pinned): ' + ', '.join(change.pinned_unchanged))}"
+                     "</p>")
+    if moved:
+        parts.append(f'<p><b style="color:#cf222e">pinned knobs changed: {esc(", ".join(moved))}</b></p>')
+    return "".join(parts)
+
+
+def _patches(it: Iteration, links: Links) -> str:
+    patches = [p for p in get_list(it.data, "patches") if isinstance(p, Mapping)]
+    if not patches:
+        return f"<p>{muted('compatibility patches: none')}</p>"
+    rows = [[links.path(p.get("file")), esc(p.get("change")), esc(p.get("reason"))] for p in patches]
+    return f"<p>compatibility patches ({len(patches)}):</p>" + html_table(["file", "change", "reason"], rows)
+
+
+def _changes(exp: Experiment, links: Links) -> str:
+    cache: dict[Path, Dgd | str] = {}
+    by_number = {it.number: it for it in exp.iterations}
+    sections = []
+    for it in exp.iterations:
+        if it.number <= 0:
+            continue
+        prev = by_number.get(it.number - 1)
+        head = f"<h3>{esc(it.deploy_id)} against {esc(prev.deploy_id if prev else 'the previous iteration')}</h3>"
+        after = _applied_dgd(it, exp.root, cache)
+        before = _applied_dgd(prev, exp.root, cache) if prev is not None else "no ledger of the previous iteration"
+        if isinstance(before, str) or isinstance(after, str):
+            why = "; ".join(x for x in (before, after) if isinstance(x, str))
+            body = f"<p>{muted('not compared: ' + why)}</p>"
+        else:
+            change = dgd_diff.diff(before, after, exp.pinned)
+            body = (f"<p>{muted('no difference in the applied DGDs')}</p>" if change.empty
+                    else _diff_html(change))
+        sections.append(f'<section class="dsr-change" id="change-{esc(it.number)}" '
+                        f'data-iteration="{esc(it.number)}">{head}{body}{_patches(it, links)}</section>')
+    if not sections:
+        return ""
+    return '<h2 id="changes">What changed</h2>' + "".join(sections)
+
+
+# --------------------------------------------------------------------------------------------
+# Timeline
+# --------------------------------------------------------------------------------------------
+
+
+def _lane(it: Iteration, retired_by: str | None, last: _dt.datetime | None) -> Lane:
+    steps = []
+    for s in get_list(it.data, "steps"):
+        start = clock.parse_iso(s.get("started_at")) if isinstance(s, Mapping) else None
+        if start is None:
+            continue
+        took = s.get("duration_s")
+        end = (start + _dt.timedelta(seconds=float(took)) if isinstance(took, int | float)
+               else clock.parse_iso(s.get("ended_at")) or start)
+        steps.append(Span(start, end, f"{it.deploy_id} {s.get('name')} ({s.get('outcome')})",
+                          STEP_COLOURS.get(str(s.get("name")), "#6e7781"), s.get("outcome") in ("failed", "blocked")))
+    allocs = [Span(began, ended or last or began, f"{it.deploy_id} GPUs held"
+                   + (" (still held at the last ledger write)" if ended is None else ""), ALLOCATION_COLOUR)
+              for began, ended in resume.spans(it.data)]
+    holds = (clock.parse_iso(h.get("at")) for h in get_list(it.data, "hold_decisions") if isinstance(h, Mapping))
+    return Lane(it.deploy_id, tuple(steps), tuple(allocs), clock.parse_iso(it.data.get("torn_down_at")), retired_by,
+                tuple(h for h in holds if h is not None))
+
+
+def _timeline(exp: Experiment) -> str:
+    last = clock.parse_iso(exp.as_of)
+    retirers: dict[str, str] = {}
+    for it in exp.iterations:
+        retired = get_map(it.data, "retired_previous")
+        ledger = retired.get("ledger")
+        if isinstance(ledger, str):
+            retirers[Path(ledger).parent.name] = it.deploy_id
+    svg = _timeline_svg([_lane(it, retirers.get(it.deploy_id), last) for it in exp.iterations])
+    if not svg:
+        return ""
+    return (f'<h2 id="timeline">Timeline</h2>{legend_html()}<div class="dsr-svg">{svg}</div>'
+            + muted("each lane: the steps (top) and the GPU allocation intervals (bottom); a red mark is where a "
+                    "later iteration's step 3 retired the DGD"))
+
+
+# --------------------------------------------------------------------------------------------
+# The page
+# --------------------------------------------------------------------------------------------
+
+
+def render(exp: Experiment, links: Links) -> str:
+    """The standalone page (no script, no external resource)."""
+    n = len(exp.iterations)
+    title = f"experiment {exp.exp_id} - dynamo-deploy-suite"
+    head = (f'<div class="dsr-head"><span class="dsr-title">experiment {esc(exp.exp_id)}</span>'
+            f"{muted(f'{n} iteration(s); as of the last ledger write {exp.as_of or chr(8211)}')}</div>")
+    body = "".join([head, _top_line(exp), _budgets(exp), _rows(exp, links), _changes(exp, links), _timeline(exp)])
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc(title)}</title>'
+            f"<style>body{{margin:16px 24px;background:#fff}}{iteration_report.CSS}{_CSS}</style></head><body>"
+            f'<div class="dsr">{body}</div></body></html>\n')
+
+
+def write(exp_root: Path, out: Path | None = None) -> Path:
+    """Build the experiment page from the tree at ``exp_root`` and write it atomically."""
+    exp = load(exp_root)
+    target = (out or exp.root / "artifacts" / PAGE).absolute()
+    rel = Path(os.path.relpath(exp.root, target.parent)).as_posix()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(target, render(exp, Links("" if rel == "." else rel + "/")))
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``deploy-suite report EXP_ROOT [-o OUT]``: write the experiment page."""
+    parser = argparse.ArgumentParser(prog="deploy-suite report", description=main.__doc__)
+    parser.add_argument("exp_root", type=Path, help="an experiment root runs/<EXP_ID>")
+    parser.add_argument("-o", "--output", type=Path, default=None,
+                        help=f"output file (default: <EXP_ROOT>/artifacts/{PAGE})")
+    args = parser.parse_args(argv)
+    if not (args.exp_root / "artifacts").is_dir():
+        print(f"deploy-suite report: error: {args.exp_root}: no artifacts/ directory; fix: pass an experiment "
+              "root (runs/<EXP_ID>) or a deployment_ledger.json", file=sys.stderr)
+        return 2
+    print(write(args.exp_root, args.output))
+    return 0

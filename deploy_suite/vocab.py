@@ -1,0 +1,1 @@
+"""The suite's vocabularies (filled by the layout change)."""

@@ -1,0 +1,17 @@
+"""What the suite's plugins keep in pytest's stash (``config.stash`` / ``item.stash``), in one place
+so that the plugins import these keys and not each other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.settings import Settings
+
+SETTINGS_KEY = pytest.StashKey[Settings]()  # options -> ledger
+REPORT_PATHS_KEY = pytest.StashKey[dict[str, Path]]()  # options -> report: {"html": ..., "junit": ...}
+RUN_KEY = pytest.StashKey[RunState]()  # ledger -> report, fixtures
+STEP_KEY = pytest.StashKey[str]()  # an item's registry step, set by ledger
+LEDGER_ERROR_KEY = pytest.StashKey[str]()  # a ledger that could not be written, shown by report

@@ -1,0 +1,201 @@
+"""Command-line options of the suite, the one ``Settings`` object built from them, what a run collects.
+
+All options sit in one ``pytest --help`` group, "dynamo-deploy-suite". Every value defaults to
+``None`` here so that a value given on the command line can be told apart from one in the
+``--handoff`` file; the documented defaults are applied by ``deploy_suite.procedure.settings``. An option
+that cannot be right (negative iteration, unknown provenance, malformed hash, ...) is a
+``pytest.UsageError``: one ``ERROR:`` line, exit status 4, before any directory exists and
+before anything talks to a cluster.
+
+When the run deploys, this plugin also
+
+* collects the step modules of the installed package (``deploy_suite/steps``) unless test paths
+  were given, whatever the current directory, rootdir or ``testpaths``;
+* loads no ``conftest.py`` and blocks plugins a deployment never needs (dev-only ones, the
+  cache), before they do any work;
+* points pytest-html and JUnit XML at ``reports/<EXP_ID>/deploy-iter-NNN.{html,xml}`` unless
+  ``--html`` / ``--junitxml`` were given (one folder per experiment, so two experiments run from one
+  checkout keep both sets of pages).
+
+pytest picks its rootdir before it knows plugin options, from what looks like a path on the command
+line: with ``--exp-root /abs/exp`` (a space) the rootdir can be the experiment itself. So a
+deployment trusts a rootdir only where a configuration file set it (the checkout's
+``pyproject.toml``) and otherwise roots its test ids where the package lives: both spellings of a
+path option behave the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from deploy_suite import steps as steps_package
+from deploy_suite.errors import InputError
+from deploy_suite.procedure.runstate import step_for_module
+from deploy_suite.procedure.settings import (
+    DEFAULT_SMOKE_PROMPT,
+    OPTION_KEYS,
+    PROVENANCES,
+    SUPPORT_TYPES,
+    TIMEOUT_OPTIONS,
+    Timeouts,
+    build_settings,
+)
+from deploy_suite.record.experiment import experiment_id
+
+from .keys import REPORT_PATHS_KEY, SETTINGS_KEY
+
+GROUP = "dynamo-deploy-suite"
+STEPS_DIR = Path(steps_package.__file__).resolve().parent
+# Plugins a deployment run blocks. hypothesis (the `dev` extra) imports itself for its report header:
+# seconds without cached bytecode. The cache would write .pytest_cache into the rootdir, which a path
+# option written with a space can make EXP_ROOT; stepwise needs the cache (`-p no:cacheprovider`
+# blocks it too).
+NOT_FOR_DEPLOYMENTS = ("hypothesispytest", "cacheprovider", "stepwise")
+
+
+def _dest(option: str) -> str:
+    # A prefix keeps our dests apart from other plugins' (a Kubernetes plugin may have a --kubeconfig).
+    return "ds_" + option.lstrip("-").replace("-", "_")
+
+
+# option -> (metavar, help). No argparse `type=`: argparse would refuse "--iter=one" with a usage dump
+# and no fix; deploy_suite.procedure.settings judges the raw text and says how to fix it.
+_OPTIONS: dict[str, tuple[str, str]] = {
+    "--iter": ("N", "zero-based optimization iteration; the run writes <EXP_ROOT>/artifacts/deploy-iter-NNN/"),
+    "--handoff": ("FILE", "YAML file holding any of these options (keys: iteration, exp_root, workload, "
+                          "workload_sha256, dgd, dgd_sha256, provenance, prev_deploy_root, support, storage_class, "
+                          "smoke_prompt, served_model, kubeconfig, keep_on_failure, review_id, timeouts); "
+                          "command-line values override it; its relative paths are relative to the file's directory"),
+    "--exp-root": ("PATH", "experiment root runs/<EXP_ID> created by user-interviewer; every input must resolve "
+                           "inside it"),
+    "--workload": ("PATH", "exact path of <EXP_ROOT>/user_workload.yaml"),
+    "--workload-sha256": ("HEX", "SHA-256 of user_workload.yaml as handed over (recomputed before it is read)"),
+    "--dgd": ("PATH", "the assigned DGD manifest (iteration 0: <EXP_ROOT>/inputs/user_provided_dgd.yaml)"),
+    "--dgd-sha256": ("HEX", "SHA-256 of the assigned DGD as handed over (recomputed before it is copied)"),
+    "--provenance": ("ROLE", f"who handed the DGD over: {' (iteration 0) | '.join(PROVENANCES)} (iteration > 0)"),
+    "--prev-deploy-root": ("PATH", "previous deployment root (required when N > 0); its ledger names the DGD to "
+                                   "retire"),
+    "--support": ("TYPE=PATH", f"handed-off support manifest, repeatable; TYPE is one of {', '.join(SUPPORT_TYPES)}; "
+                               "several model-download variants may be given (the one matching the DGD's precision "
+                               "is used)"),
+    "--storage-class": ("NAME", "storage class, only when a model-cache PVC needs one"),
+    "--smoke-prompt": ("TEXT", f"prompt of the smoke chat completion (default: {DEFAULT_SMOKE_PROMPT!r})"),
+    "--served-model": ("NAME", "served model name for the smoke test (default: read from the DGD)"),
+    "--kubeconfig": ("PATH", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config); the context always comes "
+                             "from user_workload.yaml kubernetes.kube_context, never the current-context"),
+    "--keep-on-failure": ("", "keep everything a failed run created for debugging; by default an attempt that can "
+                              "never succeed is torn down after its evidence is kept (recorded in the ledger)"),
+    "--reports-dir": ("DIR", "where <EXP_ID>/deploy-iter-NNN.html/.xml go unless --html/--junitxml are given "
+                             "(default: reports/ in the rootdir a pytest configuration file sets, such as the "
+                             "checkout's pyproject.toml; else in the current directory)"),
+}
+_TIMEOUT_HELP = {
+    "readiness_s": "hard cap of the readiness wait, however the pods progress",
+    "readiness_no_progress_s": "the readiness wait fails after this long without progress (no pod created, "
+                               "scheduled, image pulled, container started or ready)",
+}
+_ACTIONS: dict[str, dict[str, object]] = {"--support": {"action": "append"},
+                                          "--keep-on-failure": {"action": "store_const", "const": True}}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup(GROUP, "dynamo-deploy-suite: deploy one DynamoGraphDeployment per iteration")
+    for option, (metavar, text) in _OPTIONS.items():
+        group.addoption(option, dest=_dest(option), metavar=metavar or None, default=None, help=text,
+                        **_ACTIONS.get(option, {}))
+    defaults = Timeouts()
+    for option, key in TIMEOUT_OPTIONS.items():
+        what = _TIMEOUT_HELP.get(key, f"bound of the {key.removesuffix('_s').replace('_', ' ')} wait")
+        group.addoption(option, dest=_dest(option), metavar="SECONDS", default=None,
+                        help=f"{what} (default: {getattr(defaults, key):.0f})")
+
+
+def _deploys(options: argparse.Namespace) -> bool:
+    return getattr(options, _dest("--iter"), None) is not None or getattr(options, _dest("--handoff"), None) is not None
+
+
+def suite_mode(config: pytest.Config) -> bool:
+    """The run deploys only when asked to; otherwise every plugin of the suite stays inert."""
+    return _deploys(config.option)
+
+
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    # The earliest hook that sees the parsed options: before pytest loads any conftest.py and before
+    # any plugin's pytest_configure.
+    options = early_config.known_args_namespace
+    if not _deploys(options):
+        return
+    # A deployment is the package's steps and this plugin, nothing of the current directory: without
+    # configuration pytest loads the conftest.py files of the current directory and its test*
+    # subdirectories (the checkout's tests/conftest.py pulls in the offline cluster's fixtures).
+    options.noconftest = True
+    for name in NOT_FOR_DEPLOYMENTS:
+        early_config.pluginmanager.set_blocked(name)
+
+
+def _cli_values(config: pytest.Config) -> dict[str, object]:
+    values: dict[str, object] = {key: config.getoption(_dest(opt)) for opt, key in OPTION_KEYS.items()}
+    values.update({key: config.getoption(_dest(opt)) for opt, key in TIMEOUT_OPTIONS.items()})
+    return values
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-html and junitxml read their output paths
+def pytest_configure(config: pytest.Config) -> None:
+    if not suite_mode(config):
+        return
+    handoff = config.getoption(_dest("--handoff"))
+    try:
+        settings = build_settings(
+            _cli_values(config),
+            invocation_dir=config.invocation_params.dir,
+            handoff_path=Path(handoff) if handoff else None,
+        )
+    except InputError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[SETTINGS_KEY] = settings
+
+    reports_dir_opt = config.getoption(_dest("--reports-dir"))
+    # A rootdir pytest derived from path arguments (no configuration file) may be EXP_ROOT itself.
+    base = config.rootpath if config.inipath is not None else config.invocation_params.dir
+    reports_dir = (config.invocation_params.dir / reports_dir_opt) if reports_dir_opt else base / "reports"
+    # One folder per experiment: iteration 0 of a second experiment must not replace the first one's page.
+    reports_dir = reports_dir / experiment_id(settings.exp_root)
+    _collect_installed_steps(config)
+    paths: dict[str, Path] = {}
+    if hasattr(config.option, "htmlpath"):
+        if not config.option.htmlpath:
+            config.option.htmlpath = str(reports_dir / f"{settings.deploy_id}.html")
+            # One file that can be mailed or attached to a ticket.
+            config.option.self_contained_html = True
+        paths["html"] = Path(config.option.htmlpath).absolute()
+    if not getattr(config.option, "xmlpath", None):
+        config.option.xmlpath = str(reports_dir / f"{settings.deploy_id}.xml")
+    paths["junit"] = Path(config.option.xmlpath).absolute()
+    config.stash[REPORT_PATHS_KEY] = paths
+
+
+def _collect_installed_steps(config: pytest.Config) -> None:
+    """Without test paths on the command line a deployment runs the installed package's steps."""
+    if config.args_source == pytest.Config.ArgsSource.ARGS:
+        return
+    config.args = [str(STEPS_DIR)]
+    if config.inipath is None or not STEPS_DIR.is_relative_to(config.rootpath):
+        # Test ids, JUnit class names and the paths pytest prints are rootdir-relative. A rootdir
+        # pytest derived from path arguments (no configuration file) is a common ancestor such as
+        # /tmp, which would name a step "ci.deploy_suite.steps..."; one that does not hold the steps
+        # would name files that do not exist. Rooted where the package lives, a step is
+        # "deploy_suite/steps/test_step1_inputs.py" from every directory.
+        config._rootpath = STEPS_DIR.parent.parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if suite_mode(config):
+        return
+    if any(step_for_module(item.path.name) for item in items):
+        raise pytest.UsageError(
+            "--iter: missing; fix: the deployment steps need --iter N and the handoff inputs "
+            "(--handoff FILE or the options of the dynamo-deploy-suite group in pytest --help)"
+        )
