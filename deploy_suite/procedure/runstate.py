@@ -62,7 +62,7 @@ def step_for_module(filename: str) -> StepSpec | None:
 
 
 class StepResult(Protocol):
-    """What a step's library function returns (``validate.Preflight``, ``rollout.Readiness``, ...).
+    """What a step's library function returns (``validate.Preflight``, ``readiness.Readiness``, ...).
 
     The result knows which ledger sections it fills; ``record`` writes them and returns the step's
     evidence card. Results stay on :class:`RunState` for later steps (``run.result(Preflight)``):

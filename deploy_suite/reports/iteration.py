@@ -385,7 +385,7 @@ def _readiness_section(ledger: Mapping[str, Any], links: Links) -> str:
     comps = rd.get("components")
     if isinstance(comps, Mapping) and comps:
         rows = []
-        # A multinode component's leader and workers, each on its node (deployed.multinode_role).
+        # A multinode component's leader and workers, each on its node (membership.multinode_role).
         layout = any(isinstance(c, Mapping) and c.get("layout") for c in comps.values())
         for name, raw in comps.items():
             c: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}

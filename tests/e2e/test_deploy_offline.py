@@ -12,7 +12,7 @@ Two branches cannot be reached through a whole run and are driven one level down
 cluster, through the library function the step calls:
 
 * GPU contention that clears: step 2 sees held GPUs and blocks (asserted through the suite); the
-  wait that records contention and then succeeds is ``rollout.wait_ready`` (step 6's function)
+  wait that records contention and then succeeds is ``readiness.wait_ready`` (step 6's function)
   on a DGD applied directly;
 * a missing direct-routing header: once the harness finds the instance id (it always does on
   this cluster), only ``smoke.run_smoke`` with an endpoint lacking the id reaches that branch.
@@ -31,15 +31,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
 
 from deploy_suite.access.kube import DGD, Obj
 from deploy_suite.errors import WaitTimeout
+from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
 from deploy_suite.model.dgd import load_dgd
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.offline.operator_sim.serving import FAULTS_CONFIGMAP
-from deploy_suite.procedure import rollout, smoke
+from deploy_suite.procedure import readiness, smoke
 from deploy_suite.record import ledger
 from tests import support
 from tests.support import SuiteRun, outcomes, step
@@ -408,7 +408,7 @@ def test_gpu_contention_is_seen_by_step2_and_waited_out_by_step6(target: Target)
     assert "gpu-holder-h200-0" in json.dumps(led["capacity"])
     assert target.dgd("e2e-contention") is None
 
-    # Step 6 (rollout.wait_ready) on the DGD applied anyway: Pending on Insufficient nvidia.com/gpu
+    # Step 6 (readiness.wait_ready) on the DGD applied anyway: Pending on Insufficient nvidia.com/gpu
     # is contention, recorded and waited out; another thread frees the GPUs once it is recorded.
     dgd = load_dgd(DATA / "dgd-contention.yaml")
     target.kube.apply_file(DATA / "dgd-contention.yaml", target.namespace)
@@ -426,7 +426,7 @@ def test_gpu_contention_is_seen_by_step2_and_waited_out_by_step6(target: Target)
             threading.Thread(target=free_gpus, name="free-gpus", daemon=True).start()
 
     started = time.monotonic()
-    ready = rollout.wait_ready(target.kube, target.namespace, dgd, 90.0, frontend_expected=True,
+    ready = readiness.wait_ready(target.kube, target.namespace, dgd, 90.0, frontend_expected=True,
                                on_progress=on_progress)
     assert ready.state == "ready" and freed, progress
     assert ready.contention, "the contention was not recorded"

@@ -13,8 +13,8 @@ import pytest
 from deploy_suite.access.kube import DGD, Kube, status_error
 from deploy_suite.constants import PLATFORM_GRACE_S
 from deploy_suite.errors import PlatformFault, StepBlocked, StepFailure, Unavailable
-from deploy_suite.judges import conditions, operator_status
-from deploy_suite.procedure import deployed, rollout
+from deploy_suite.judges import conditions, membership, operator_status
+from deploy_suite.procedure import apply, readiness
 from tests import fakekube
 from tests.fakekube import FakeApi, status
 from tests.unit.test_rollout import NS, fail_with_result, make_run, serving
@@ -167,7 +167,7 @@ def test_a_platform_fault_during_readiness_blocks_after_its_grace_without_a_fail
     api.fail("GET", path, status(500, "InternalError", CONVERSION), times=1000)
     run = make_run(tmp_path, step="step6_readiness")
     started = api.fake_clock.monotonic() if api.fake_clock else 0.0
-    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     assert isinstance(error, StepBlocked) and error.cls == "platform" and "conversion webhook" in error.message
     assert api.fake_clock is not None and api.fake_clock.monotonic() - started >= PLATFORM_GRACE_S
     assert not partial.failed_attempt and partial.teardown["action"] == "kept" and api.of("DELETE") == []
@@ -179,7 +179,7 @@ def test_a_platform_fault_at_the_apply_blocks(fake, tmp_path: Path) -> None:
     api.fail("PATCH", path, status(500, "InternalError", ADMISSION))
     run = make_run(tmp_path, step="step5_apply")
     with pytest.raises(StepBlocked) as caught:
-        rollout.apply(run, kube)
+        apply.apply(run, kube)
     assert caught.value.cls == "platform" and "vdynamographdeployment.kb.io" in caught.value.message
 
 
@@ -187,7 +187,7 @@ def test_readiness_records_how_the_status_was_judged_current(fake, tmp_path: Pat
     api, kube, _ = fake
     serving(api)
     run = make_run(tmp_path, step="step6_readiness")
-    ready = rollout.readiness(run, kube)
+    ready = readiness.readiness(run, kube)
     assert ready.generation_rule == "observedGeneration" and ready.reconcile_errors == []
 
 
@@ -267,7 +267,7 @@ def test_refusals_that_are_not_this_dgds_or_are_history_are_not_judged(fake, eve
     ({"nvidia.com/dynamo-component": "Frontend"}, None),
 ])
 def test_a_multinode_pods_role_is_read_from_its_orchestrators_labels(labels: dict[str, str], role: str | None):
-    assert deployed.multinode_role({"metadata": {"name": "p", "labels": labels}}) == role
+    assert membership.multinode_role({"metadata": {"name": "p", "labels": labels}}) == role
 
 
 def test_an_invalid_template_the_api_server_refuses_is_a_failed_attempt_at_first_sight(fake) -> None:

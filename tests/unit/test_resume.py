@@ -13,7 +13,8 @@ import pytest
 
 from deploy_suite.access.kube import DGD, KNOWN, Kube
 from deploy_suite.errors import LedgerError, StepBlocked
-from deploy_suite.procedure import rollout, validate
+from deploy_suite.model.dgd import load_dgd
+from deploy_suite.procedure import apply, retire, validate
 from deploy_suite.procedure.validate import ValidationInputs, Validator
 from deploy_suite.record import ledger, resume
 from tests import fakekube
@@ -114,7 +115,7 @@ def test_a_rerun_after_step_5_keeps_its_own_dgd_of_the_same_name(fake, tmp_path:
     run.ledger.set_section("retired_previous", {"dgd": "demo", "existed": True, "pods_gone_at": T0})
     api.put(DGD, {**fakekube.dgd("demo", NS), "metadata": {"name": "demo", "namespace": NS, "uid": "uid-iter-1"}})
     api.put(POD, pod("demo-worker-0", NS, labels=DGD_LABEL))  # iteration 1's own pod: not waited for
-    retired = run.record(rollout.retire(run, kube))
+    retired = run.record(retire.retire(run, kube))
     assert api.of("DELETE") == [] and api.of("WATCH") == []
     result = retired.retired
     assert result is not None and (result.action, result.existed, result.torn_down_at) == ("own-dgd-live", False, T0)
@@ -127,7 +128,7 @@ def test_a_previous_dgd_already_gone_is_recorded_and_its_torn_down_at_left_alone
     api, kube, _ = fake
     previous = previous_iteration(tmp_path, uid="uid-iter-0")
     run = make_run(tmp_path, iteration=1, previous=previous)
-    retired = run.record(rollout.retire(run, kube))
+    retired = run.record(retire.retire(run, kube))
     assert api.of("DELETE") == []
     assert retired.retired is not None and retired.retired.action == "already-gone"
     assert prev_ledger(previous)["torn_down_at"] is None  # not ours to date: nobody knows when it went
@@ -140,7 +141,7 @@ def test_a_rerun_of_a_retire_killed_before_torn_down_at_writes_it_once(fake, tmp
     run = make_run(tmp_path, iteration=1, previous=previous)
     # What the killed run saved at its delete, before the waits: existed, no pods_gone_at yet.
     run.ledger.set_section("retired_previous", {"dgd": "demo", "existed": True, "deleted_at": T0, "pods_gone_at": ""})
-    retired = run.record(rollout.retire(run, kube))
+    retired = run.record(retire.retire(run, kube))
     assert api.of("DELETE") == []
     result = retired.retired
     assert result is not None and result.pods_gone_at and result.torn_down_at == result.pods_gone_at
@@ -154,7 +155,7 @@ def test_a_live_dgd_that_is_neither_iterations_blocks_and_is_not_deleted(fake, t
     own_apply(run, "uid-iter-1")
     api.put(DGD, {**fakekube.dgd("demo", NS), "metadata": {"name": "demo", "namespace": NS, "uid": "uid-other"}})
     with pytest.raises(StepBlocked, match="has uid uid-other, neither iteration 0's") as caught:
-        rollout.retire(run, kube)
+        retire.retire(run, kube)
     assert caught.value.cls == "ownership" and api.of("DELETE") == []
     assert prev_ledger(previous)["torn_down_at"] is None
 
@@ -175,7 +176,7 @@ def test_step_3_deletes_only_when_the_uid_and_the_field_manager_both_say_ours(
     run = make_run(tmp_path, iteration=1, previous=previous)
     api.put(DGD, with_uid(fakekube.dgd("demo", NS, manager=kube.field_manager if manager == "ours" else manager), uid))
     with pytest.raises(StepBlocked) as caught:
-        rollout.retire(run, kube)
+        retire.retire(run, kube)
     assert caught.value.cls == "ownership"
     assert caught.value.message == f"DynamoGraphDeployment {NS}/demo is live and {'; '.join(says)}; step 3 refuses " \
                                    "to delete it"
@@ -190,17 +191,17 @@ def test_the_previous_dgd_by_its_recorded_uid_is_deleted_and_the_deletion_saved_
     run.ledger.path = run.deploy_root / ledger.LEDGER_NAME
     api.put(DGD, with_uid(fakekube.dgd("demo", NS, manager=kube.field_manager), "uid-iter-0"))
     saved: list[dict[str, Any]] = []
-    original = rollout._wait_gone
+    original = retire._wait_gone
 
     def spy(*args: Any) -> None:
         saved.append(json.loads(run.ledger.path.read_text())["retired_previous"])  # type: ignore[union-attr]
         original(*args)
 
-    rollout._wait_gone = spy  # type: ignore[assignment]
+    retire._wait_gone = spy  # type: ignore[assignment]
     try:
-        retired = run.record(rollout.retire(run, kube))
+        retired = run.record(retire.retire(run, kube))
     finally:
-        rollout._wait_gone = original  # type: ignore[assignment]
+        retire._wait_gone = original  # type: ignore[assignment]
     assert len(api.of("DELETE")) == 1 and saved[0]["existed"] is True and saved[0]["pods_gone_at"] == ""
     assert retired.retired is not None and prev_ledger(previous)["torn_down_at"] == retired.retired.pods_gone_at
 
@@ -211,15 +212,15 @@ def test_the_previous_dgd_by_its_recorded_uid_is_deleted_and_the_deletion_saved_
 def test_apply_records_its_uid_and_a_reapply_after_a_teardown_opens_a_new_interval(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
     run = make_run(tmp_path, step="step5_apply")
-    run.record(rollout.apply(run, kube))
+    run.record(apply.apply(run, kube))
     first = run.ledger.data["applied_dgd"]
     assert first["uid"] and (first["name"], first["namespace"], first["kube_context"]) == ("demo", NS, "fake-ctx")
-    rollout.apply(run, kube)  # the same live DGD: server-side apply keeps it
+    apply.apply(run, kube)  # the same live DGD: server-side apply keeps it
     assert run.ledger.data["applied_dgd"]["uid"] == first["uid"] and run.ledger.data["reapplies"] == []
     # Torn down (step 6 failed), then a rerun re-applies: a new DGD, torn_down_at reset.
     api.objects[("/apis/nvidia.com/v1alpha1", "dynamographdeployments")].clear()
     run.ledger.data.update(allocated_at=T0, allocations=[{"allocated_at": T0, "released_at": None}], torn_down_at=T1)
-    rollout.apply(run, kube)
+    apply.apply(run, kube)
     data = run.ledger.data
     assert data["applied_dgd"]["uid"] != first["uid"] and data["torn_down_at"] is None
     assert data["allocations"] == [{"allocated_at": T0, "released_at": T1}]
@@ -251,7 +252,7 @@ def test_capacity_excludes_the_reruns_own_pods(fake, tmp_path: Path) -> None:
     for own in (None, (NS, "demo")):
         checker = Validator(kube, ValidationInputs(NS, deploy, {}, None, {}, tmp_path, own=own))
         checker.nodes = [node("n1", gpus=1)]
-        checker.check_capacity(rollout.load_dgd(deploy))
+        checker.check_capacity(load_dgd(deploy))
         outcomes[own] = (checker.report.capacity or {}).get("capacity"), [b.cls for b in checker.report.blockers]
     # One GPU on the cluster, held by the rerun's own worker: blocked by itself before, sufficient now.
     assert outcomes[None] == ("insufficient", ["gpu-capacity"])

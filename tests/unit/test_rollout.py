@@ -14,7 +14,7 @@ import pytest
 from deploy_suite.access.kube import DGD, KNOWN, Kube
 from deploy_suite.errors import Forbidden, StepBlocked, StepFailure, WaitTimeout
 from deploy_suite.judges import conditions
-from deploy_suite.procedure import rollout
+from deploy_suite.procedure import apply, readiness, retire, support
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.settings import Settings, Timeouts
 from deploy_suite.procedure.workspace import PreviousDeployment
@@ -98,7 +98,7 @@ def fail_with_result(call) -> tuple[BaseException, Any]:
 def test_retire_at_iteration_0_records_the_context_and_touches_no_cluster(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
     run = make_run(tmp_path)
-    retired = run.record(rollout.retire(run, kube))
+    retired = run.record(retire.retire(run, kube))
     assert retired.retired is None and api.requests == []
     change = retired.context_change
     assert change is not None and (change["from"], change["to"]) == (None, "fake-ctx")
@@ -128,7 +128,7 @@ def test_retire_deletes_only_the_previous_dgd_and_waits_for_it_and_its_pods(fake
         api.put(POD, pod(name, NS, labels=DGD_LABEL))
     api.script_watch(POD, NS, [event("DELETED", pod("demo-worker-0", NS, labels=DGD_LABEL))],
                      [event("DELETED", pod("demo-frontend-0", NS, labels=DGD_LABEL))])
-    retired = run.record(rollout.retire(run, kube))
+    retired = run.record(retire.retire(run, kube))
     result = retired.retired
     assert result is not None and result.existed and result.pods_gone_at
     assert [r.method for r in api.requests if r.method != "WATCH"] == ["GET", "DELETE", "GET", "GET"]
@@ -163,9 +163,9 @@ def test_retire_uses_the_previous_iterations_own_context(fake, tmp_path: Path, m
         made.append(Kube(context, kubeconfig, on_command=on_command, transport=other, field_manager=field_manager))
         return made[-1]
 
-    monkeypatch.setattr(rollout, "Kube", previous_kube)
+    monkeypatch.setattr(retire, "Kube", previous_kube)
     run = make_run(tmp_path, iteration=1, previous=previous_iteration(tmp_path, context="old-ctx"))
-    run.record(rollout.retire(run, kube))
+    run.record(retire.retire(run, kube))
     assert [k.context for k in made] == ["old-ctx"] and other.closed
     assert other.of("DELETE") and run.ledger.data["retired_previous"]["kube_context"] == "old-ctx"
     deletes = [c["command"] for c in run.ledger.data["commands"] if c["kind"] == "mutate"]
@@ -181,7 +181,7 @@ def test_a_retire_that_times_out_keeps_the_context_evidence(fake, tmp_path: Path
     api.put(DGD, fakekube.dgd("demo", NS))
     api.put(POD, pod("stuck", NS, labels=DGD_LABEL))
     with pytest.raises(WaitTimeout, match=r"pods labelled nvidia\.com/dynamo-graph-deployment-name=demo"):
-        rollout.retire(run, kube)
+        retire.retire(run, kube)
     assert "manifest_context_update" in run.evidence
     assert json.loads(previous.ledger_path.read_text())["torn_down_at"] is None
 
@@ -192,8 +192,8 @@ def test_a_retire_that_times_out_keeps_the_context_evidence(fake, tmp_path: Path
 def test_no_support_manifests_is_an_empty_result_with_no_evidence(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
     run = make_run(tmp_path, step="step4_support_manifests")
-    support = run.record(rollout.support(run, kube))
-    assert support.applied == [] and api.requests == [] and run.evidence == {}
+    result = run.record(support.support(run, kube))
+    assert result.applied == [] and api.requests == [] and run.evidence == {}
 
 
 def cache_and_download(api: FakeApi, binding: str = "Immediate") -> None:
@@ -208,15 +208,15 @@ def test_support_applies_in_order_waits_for_the_claim_and_the_job(fake, tmp_path
     cache_and_download(api)
     api.script_watch(JOB, NS, [event("MODIFIED", job("model-download", NS, "SuccessCriteriaMet", "Complete"))])
     run = make_run(tmp_path, step="step4_support_manifests", support={"model-download": DOWNLOAD, "model-cache": CACHE})
-    support = run.record(rollout.support(run, kube))
+    result = run.record(support.support(run, kube))
     assert [p.path.rsplit("/", 2)[1] for p in api.of("PATCH")] == ["persistentvolumeclaims", "jobs"]
     assert api.watches_left() == 0
-    assert [j.job for j in support.jobs] == ["model-download"] and support.jobs[0].outcome == "Complete"
+    assert [j.job for j in result.jobs] == ["model-download"] and result.jobs[0].outcome == "Complete"
     assert run.evidence == {
         "applied": ["artifacts/deploy-iter-000/applied_manifests/model-cache.yaml",
                     "artifacts/deploy-iter-000/applied_manifests/model-download.yaml"],
-        "jobs": [support.jobs[0].as_dict()], "pvcs": {"model-cache": "Bound"}}
-    assert set(support.jobs[0].as_dict()) == {"type", "job", "outcome", "conditions", "seconds", "log_file",
+        "jobs": [result.jobs[0].as_dict()], "pvcs": {"model-cache": "Bound"}}
+    assert set(result.jobs[0].as_dict()) == {"type", "job", "outcome", "conditions", "seconds", "log_file",
                                               "log_excerpt", "completed_at"}
 
 
@@ -224,23 +224,23 @@ def test_a_wait_for_first_consumer_claim_is_not_awaited(fake, tmp_path: Path) ->
     api, kube, _ = fake
     api.put(KNOWN["StorageClass"], {"metadata": {"name": "standard"}, "volumeBindingMode": "WaitForFirstConsumer"})
     run = make_run(tmp_path, step="step4_support_manifests", support={"model-cache": CACHE})
-    support = rollout.support(run, kube)
-    assert not api.of("WATCH") and support.pvcs == {"model-cache": None}
+    result = support.support(run, kube)
+    assert not api.of("WATCH") and result.pvcs == {"model-cache": None}
 
 
 def test_a_claim_whose_class_cannot_be_read_is_awaited(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
     api.fail("GET", "/apis/storage.k8s.io/v1/storageclasses/standard", forbidden("get", "storageclasses"))
-    assert rollout.immediate_claims(kube, NS, []) == []
+    assert support.immediate_claims(kube, NS, []) == []
     api.put(PVC, {"metadata": {"name": "model-cache", "namespace": NS}, "spec": {"storageClassName": "standard"}})
-    assert rollout.immediate_claims(kube, NS, ["model-cache"]) == ["model-cache"]
+    assert support.immediate_claims(kube, NS, ["model-cache"]) == ["model-cache"]
 
 
 def test_a_claim_that_never_binds_is_a_dependency(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
     api.put(KNOWN["StorageClass"], {"metadata": {"name": "standard"}})
     run = make_run(tmp_path, step="step4_support_manifests", support={"model-cache": CACHE}, pvc_bound_s=20)
-    error, partial = fail_with_result(lambda: rollout.support(run, kube))
+    error, partial = fail_with_result(lambda: support.support(run, kube))
     assert error.category == "dependency" and partial is None
     assert str(error).startswith("model-cache PVC never bound: timed out after 20s waiting for pvc/model-cache Bound")
 
@@ -252,7 +252,7 @@ def test_a_failed_job_fails_fast_keeps_its_log_and_carries_the_diagnostic(fake, 
     api.logs[(NS, "model-download-x1")] = "Fetching 10 files\nGatedRepoError: 401\n"
     api.script_watch(JOB, NS, [event("MODIFIED", job("model-download", NS, "FailureTarget", "Failed"))])
     run = make_run(tmp_path, step="step4_support_manifests", support={"model-download": DOWNLOAD})
-    error, partial = fail_with_result(lambda: rollout.support(run, kube))
+    error, partial = fail_with_result(lambda: support.support(run, kube))
     assert error.category == "job-failed" and error.evidence == ["job/model-download: FailureTarget Failed"]
     assert str(error) == ("model-download job model-download failed (conditions: FailureTarget Failed); "
                           "last log lines: Fetching 10 files\nGatedRepoError: 401")
@@ -274,7 +274,7 @@ def test_a_failed_jobs_log_is_redacted_in_the_file_and_the_ledger(fake, tmp_path
     api.logs[(NS, "model-download-x1")] = f"HF_TOKEN={token}\nGatedRepoError: 401\n"
     api.script_watch(JOB, NS, [event("MODIFIED", job("model-download", NS, "Failed"))])
     run = make_run(tmp_path, step="step4_support_manifests", support={"model-download": DOWNLOAD})
-    error, partial = fail_with_result(lambda: rollout.support(run, kube))
+    error, partial = fail_with_result(lambda: support.support(run, kube))
     log = (run.deploy_root / "logs" / "job-model-download.log").read_text()
     assert token not in log and "GatedRepoError: 401" in log
     assert token not in str(error)
@@ -286,7 +286,7 @@ def test_a_job_that_never_completes_times_out(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
     api.watchers = 2  # the Job and its pods
     run = make_run(tmp_path, step="step4_support_manifests", support={"model-download": DOWNLOAD}, job_download_s=50)
-    error, partial = fail_with_result(lambda: rollout.support(run, kube))
+    error, partial = fail_with_result(lambda: support.support(run, kube))
     assert error.category == "job-timeout"
     assert "timed out after 50s waiting for job/model-download Complete" in str(error)
     assert partial.failure["job"] == "model-download" and partial.failure["log_excerpt"] == ""
@@ -299,7 +299,7 @@ def test_a_job_that_never_completes_times_out(fake, tmp_path: Path) -> None:
 def test_apply_applies_deploy_yaml_and_records_gpus_and_cleanup(fake, tmp_path: Path) -> None:
     api, kube, records = fake
     run = make_run(tmp_path, step="step5_apply")
-    applied = run.record(rollout.apply(run, kube))
+    applied = run.record(apply.apply(run, kube))
     assert applied.applied == ["DynamoGraphDeployment/demo"] and applied.gpus_requested == 1
     assert api.of("PATCH")[0].path == f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/demo"
     assert records[0].command.endswith(f"get dynamographdeployments.nvidia.com demo -n {NS} -o json")
@@ -316,7 +316,7 @@ def test_the_apply_never_changes_a_same_named_dgd_of_someone_else(fake, tmp_path
     api, kube, _ = fake
     api.put(DGD, fakekube.dgd("demo", NS, manager="someone-else"))
     run = make_run(tmp_path, step="step5_apply")
-    error, _ = fail_with_result(lambda: rollout.apply(run, kube))
+    error, _ = fail_with_result(lambda: apply.apply(run, kube))
     assert error.cls == "ownership"
     assert error.message == (f"DynamoGraphDeployment {NS}/demo exists and was not created by this experiment "
                              "(field managers: someone-else); step 5 refuses to apply over it")
@@ -327,7 +327,7 @@ def test_the_apply_goes_over_this_experiments_own_dgd(fake, tmp_path: Path) -> N
     api, kube, _ = fake
     api.put(DGD, fakekube.dgd("demo", NS, manager=kube.field_manager))
     run = make_run(tmp_path, step="step5_apply")
-    applied = rollout.apply(run, kube)
+    applied = apply.apply(run, kube)
     assert applied.owner_before == "ours" and len(api.of("PATCH")) == 1
     # The ledger names the manager that marks the DGD as the experiment's (the report shows it).
     assert run.ledger.data["applied_dgd"]["field_manager"] == kube.field_manager
@@ -340,7 +340,7 @@ def test_retire_never_deletes_a_same_named_dgd_of_someone_else(fake, tmp_path: P
     api.put(DGD, fakekube.dgd("demo", NS, manager=None))
     run = make_run(tmp_path, iteration=1, previous=previous)
     with pytest.raises(StepBlocked, match="step 3 refuses to delete it") as caught:
-        rollout.retire(run, kube)
+        retire.retire(run, kube)
     assert caught.value.cls == "ownership" and "field managers: none" in caught.value.message
     assert not api.of("DELETE") and api.objects[(f"/apis/{DGD.group}/{DGD.version}", DGD.plural)][(NS, "demo")]
     assert json.loads(previous.ledger_path.read_text())["torn_down_at"] is None
@@ -372,7 +372,7 @@ def test_readiness_waits_for_the_dgd_and_every_pod_and_records_the_engagement(fa
     serving(api)
     run = make_run(tmp_path, step="step6_readiness")
     run.ledger.path = tmp_path / "ledger.json"
-    ready = run.record(rollout.readiness(run, kube))
+    ready = run.record(readiness.readiness(run, kube))
     assert api.watches_left() == 0
     assert (ready.state, ready.dgd_state, ready.ready_condition, ready.ready_reason) == (
         "ready", "successful", "True", "AllReady")
@@ -397,7 +397,7 @@ def test_a_resumed_run_keeps_its_first_allocation_time(fake, tmp_path: Path) -> 
     serving(api)
     run = make_run(tmp_path, step="step6_readiness")
     run.ledger.data["allocated_at"] = "2025-12-31T00:00:00Z"
-    run.record(rollout.readiness(run, kube))
+    run.record(readiness.readiness(run, kube))
     assert run.ledger.data["allocated_at"] == "2025-12-31T00:00:00Z"
 
 
@@ -423,7 +423,7 @@ def test_a_crash_keeps_its_evidence_then_is_torn_down_unless_kept(fake, tmp_path
     api.garbage_collect = True
     crash_looping(api)
     run = make_run(tmp_path, step="step6_readiness", keep_on_failure=keep)
-    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     assert error.category == "crash" and error.failed_attempt
     assert "OOMKilled (exit code 137)" in str(error)
     # Evidence first: the previous run's log, bounded and redacted; then (unless kept) the delete.
@@ -459,7 +459,7 @@ def test_a_delete_that_fails_after_the_evidence_is_recorded_not_raised(fake, tmp
     api.fail("DELETE", f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/demo",
              forbidden("delete", "dynamographdeployments"))
     run = make_run(tmp_path, step="step6_readiness")
-    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     run.record(partial)
     assert error.category == "crash" and run.ledger.data["teardown"]["action"] == "delete-failed"
     assert run.ledger.data["torn_down_at"] is None and "cannot delete" in run.ledger.data["teardown"]["reason"]
@@ -474,7 +474,7 @@ def test_a_dependency_keeps_its_evidence_and_the_dgd_and_is_not_a_failed_attempt
     api.put(POD, pod("demo-worker-0", NS, labels=DGD_LABEL, unschedulable=message))
     api.put(KNOWN["Event"], fakekube.scheduling_event("demo-worker-0", NS, message))
     run = make_run(tmp_path, step="step6_readiness")
-    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     run.record(partial)
     assert error.category == "dependency" and not error.failed_attempt and api.of("DELETE") == []
     assert run.ledger.data["failed_attempts"] == [] and run.ledger.data["torn_down_at"] is None
@@ -517,7 +517,7 @@ def test_a_start_that_keeps_progressing_waits_past_the_no_progress_bound(fake, t
 
     kube.wait = slow_wait  # type: ignore[method-assign]
     run = make_run(tmp_path, step="step6_readiness", readiness_no_progress_s=100, readiness_s=3600)
-    ready = rollout.readiness(run, kube)
+    ready = readiness.readiness(run, kube)
     assert ready.state == "ready" and ready.seconds > 100, ready
     # Each wait runs to the bound counted from the last progress (a wait ends 100 s after it).
     assert windows == [100.0, 80.0, 100.0, 80.0]
@@ -532,7 +532,7 @@ def test_a_start_without_progress_fails_after_the_bound_naming_the_last_progress
     stuck["status"]["containerStatuses"] = [{"name": "main", "started": True, "state": {"running": {}}}]
     api.put(POD, stuck)
     run = make_run(tmp_path, step="step6_readiness", readiness_no_progress_s=300, readiness_s=3600)
-    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     assert error.category == "no-progress" and not error.failed_attempt
     assert str(error).startswith("no progress for 300s (timeouts.readiness_no_progress_s 300s); last progress: ")
     assert "pod demo-worker-0" in str(error) and "pods ready 0/2" in str(error)
@@ -546,7 +546,7 @@ def test_the_hard_cap_ends_a_wait_that_keeps_progressing(fake, tmp_path: Path) -
     api.put(DGD, fakekube.dgd("demo", NS))
     api.script_watch(POD, NS, *[[event("ADDED", pod(f"demo-worker-{i}", NS, labels=DGD_LABEL))] for i in range(6)])
     run = make_run(tmp_path, step="step6_readiness", readiness_no_progress_s=100, readiness_s=150)
-    error, _ = fail_with_result(lambda: rollout.readiness(run, kube))
+    error, _ = fail_with_result(lambda: readiness.readiness(run, kube))
     assert error.category == "timeout" and "hard cap timeouts.readiness_s" in str(error)
 
 
@@ -555,7 +555,7 @@ def test_a_reconciliation_error_that_persists_stops_readiness(fake, tmp_path: Pa
     api.watchers = 2  # a wait over two collections
     api.put(DGD, fakekube.dgd("demo", NS, "failed", message="spec.services: invalid"))
     run = make_run(tmp_path, step="step6_readiness", reconcile_error_grace_s=0)
-    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     assert error.category == "reconcile-error" and str(error) == (
         "DGD reconciliation error: spec.services: invalid (the reconcile error persisted for 0s (grace 0s))")
     assert [e["outcome"] for e in partial.reconcile_errors] == ["persisted"]
@@ -566,7 +566,7 @@ def test_a_missing_frontend_service_fails_readiness(fake, tmp_path: Path) -> Non
     api, kube, _ = fake
     serving(api, frontend_service=False)
     run = make_run(tmp_path, step="step6_readiness")
-    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     assert error.category == "missing-frontend-service" and str(error) == "frontend Service demo-frontend is missing"
     assert partial.torn_down_at is None and partial.teardown["action"] == "kept"
 
@@ -576,7 +576,7 @@ def test_readiness_times_out_at_its_bound(fake, tmp_path: Path) -> None:
     api.watchers = 2  # a wait over two collections
     api.put(DGD, fakekube.dgd("demo", NS))
     run = make_run(tmp_path, step="step6_readiness", readiness_s=120)
-    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     assert error.category == "timeout" and not partial.failed_attempt
     assert str(error).startswith("timed out after 120s waiting for dgd/demo Ready with all pods ready; last seen: "
                                  "dgd/demo state=pending Ready=False (NotReady), pods ready 0/2 (the hard cap ")
@@ -589,7 +589,7 @@ def test_a_refused_watch_stops_readiness_at_once_instead_of_timing_out(fake, tmp
     api.put(DGD, fakekube.dgd("demo", NS))
     api.fail("WATCH", f"/api/v1/namespaces/{NS}/pods", forbidden())
     run = make_run(tmp_path, step="step6_readiness")
-    error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     assert error.category == "api-error" and 'cannot watch resource "pods"' in str(error)  # never "timeout"
     assert isinstance(error.__cause__, Forbidden) and partial.torn_down_at is None
 
@@ -599,7 +599,7 @@ def test_readiness_rides_out_an_apiserver_restart(fake, tmp_path: Path) -> None:
     serving(api)
     api.fail("WATCH", f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments", dropped(), times=3)
     run = make_run(tmp_path, step="step6_readiness")
-    assert rollout.readiness(run, kube).state == "ready"
+    assert readiness.readiness(run, kube).state == "ready"
 
 
 def test_named_conditions_say_what_they_await() -> None:
@@ -618,13 +618,13 @@ def test_every_contention_wait_is_recorded_as_a_hold_decision(tmp_path: Path) ->
             "can_wait": True, "next_check_s": 30.0, "at": "2026-01-01T00:00:00Z", "next_check_at_s": 30.0}
     book = ledger.Ledger(ledger.new_document(deploy_id="deploy-iter-000", iteration=0, provenance="user-interviewer",
                                              review_id=None, step_names=("step6_readiness",), settings={}))
-    ready = rollout.Readiness("ready", contention=[seen])
+    ready = readiness.Readiness("ready", contention=[seen])
     ready.record(book)
     ready.record(book)  # a resumed run records the same wait once
     assert book.data["hold_decisions"] == [{
         "at": "2026-01-01T00:00:00Z", "step": "step6_readiness", "decision": "wait", "category": "contention",
         "reason": seen["diagnosis"], "evidence": seen["evidence"], "next_check_s": 30.0}]
-    failed = rollout.Readiness("dependency", contention=[seen], failed=True, diagnosis="x")
+    failed = readiness.Readiness("dependency", contention=[seen], failed=True, diagnosis="x")
     failed.record(book)
     assert len(book.data["hold_decisions"]) == 1
 
@@ -634,7 +634,7 @@ def test_a_teardown_whose_pods_outlast_the_wait_claims_no_torn_down_at(fake, tmp
     api, kube, _ = fake
     crash_looping(api)  # the fake's garbage collector is off: the pods stay
     run = make_run(tmp_path, step="step6_readiness", retire_s=1)
-    _error, partial = fail_with_result(lambda: rollout.readiness(run, kube))
+    _error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     run.record(partial)
     teardown = run.ledger.data["teardown"]
     assert teardown["action"] == "deleted" and teardown["pods_gone_at"] is None

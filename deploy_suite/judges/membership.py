@@ -1,14 +1,12 @@
-"""What the deployed pods show, read after step 6's wait: which component each pod belongs to,
-a multinode component's leader and workers, and the spec fields that carry the candidate's knobs
-(the ledger's ``readiness.components`` and ``config_engagement``)."""
+"""Which component each pod belongs to and a multinode component's leader and workers, judged from
+the pods as listed: the ledger's ``readiness.components`` and the iteration page's layout."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from deploy_suite.access.kube import Kube, Obj
-from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME, LABEL_SELECTOR
+from deploy_suite.constants import LABEL_COMPONENT, LABEL_SELECTOR, Obj
 from deploy_suite.judges import conditions
 from deploy_suite.model.dgd import Dgd
 
@@ -48,23 +46,3 @@ def belongs(pod: Obj, dgd_name: str, component: str) -> bool:
     """A pod of ``component``: the operator's component label, or its selector label."""
     labels = pod["metadata"].get("labels") or {}
     return labels.get(LABEL_COMPONENT) == component or labels.get(LABEL_SELECTOR) == f"{dgd_name}-{component.lower()}"
-
-
-def config_engagement(kube: Kube, namespace: str, dgd: Dgd) -> list[dict[str, Any]]:
-    """The deployed pods' spec fields that carry the candidate's knobs (image, args, GPUs, selector)."""
-    pods, _ = kube.list_items("Pod", namespace, label_selector=f"{LABEL_DGD_NAME}={dgd.name}")
-    evidence = []
-    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        containers = pod["spec"]["containers"]
-        main = next((c for c in containers if c.get("name") == "main"), containers[0])
-        evidence.append({
-            "pod": pod["metadata"]["name"],
-            "component": (pod["metadata"].get("labels") or {}).get(LABEL_COMPONENT),
-            "node": pod["spec"].get("nodeName"),
-            "image": main.get("image"),
-            "command": main.get("command"),
-            "args": main.get("args"),
-            "gpus": conditions.gpus_of(pod),
-            "nodeSelector": pod["spec"].get("nodeSelector"),
-        })
-    return evidence

@@ -1,0 +1,245 @@
+"""Step 6: wait, progress-aware and bounded, for the DGD and every component's pods to be ready;
+on a verdict keep the evidence first, then apply the teardown policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from deploy_suite import clock
+from deploy_suite.access.kube import DGD, Kube, Obj
+from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME
+from deploy_suite.errors import Forbidden, KubeError, PlatformFault, StepBlocked, StepFailure, WaitTimeout
+from deploy_suite.judges import conditions
+from deploy_suite.judges.membership import components
+from deploy_suite.model.dgd import Dgd, load_dgd
+from deploy_suite.procedure import evidence
+from deploy_suite.procedure.apply import platform_blocked
+from deploy_suite.procedure.retire import Progress, quiet
+from deploy_suite.procedure.runstate import RunState
+from deploy_suite.record import resume
+from deploy_suite.record.ledger import Ledger
+
+POLICY_TEARDOWN, POLICY_KEEP = "teardown-final-failures", "keep-on-failure"
+
+
+@dataclass
+class Readiness:
+    """Step 6: what the readiness wait saw (the ledger's ``readiness`` section), the deployed pods'
+    config engagement; on failure, whether it was a failed attempt, its evidence and the teardown."""
+
+    state: str = "waiting"  # ready, or the failure's category (failed-deploy, dependency, crash, no-progress, ...)
+    dgd_state: str | None = None
+    ready_condition: str | None = None
+    ready_reason: str | None = None
+    components: dict[str, Any] = field(default_factory=dict)
+    allocated_at: str | None = None
+    contention: list[dict[str, Any]] = field(default_factory=list)
+    diagnosis: str = ""
+    evidence: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    last_progress: dict[str, Any] | None = None  # what advanced last, when
+    generation_rule: str | None = None  # how the status was known to describe the current spec
+    reconcile_errors: list[dict[str, Any]] = field(default_factory=list)  # `failed` states seen, and their outcome
+    verdict_at: str | None = None  # when the wait gave its verdict, to the microsecond (time to verdict)
+    # Not part of the ledger section:
+    config_engagement: list[dict[str, Any]] = field(default_factory=list)
+    failed: bool = False
+    failed_attempt: bool = False
+    torn_down_at: str | None = None
+    failure_evidence: dict[str, Any] | None = None
+    teardown: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ledger's ``readiness`` section."""
+        return {k: v for k, v in asdict(self).items()
+                if k not in {"config_engagement", "failed", "failed_attempt", "torn_down_at", "failure_evidence",
+                             "teardown"}}
+
+    def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        # Every contention wait was a decision to hold rather than fail: the procedure asks for its
+        # evidence line and next-check interval in the ledger.
+        for seen in self.contention:
+            ledger.add_hold_decision({"at": seen.get("at"), "step": "step6_readiness", "decision": "wait",
+                                      "category": seen.get("category"), "reason": seen.get("diagnosis"),
+                                      "evidence": seen.get("evidence"), "next_check_s": seen.get("next_check_s")})
+        if self.failed:
+            ledger.set_section("readiness", {"state": self.state, "diagnosis": self.diagnosis,
+                                             "evidence": self.evidence, "last_progress": self.last_progress,
+                                             "contention": self.contention, "reconcile_errors": self.reconcile_errors,
+                                             "verdict_at": self.verdict_at, "failure_evidence": self.failure_evidence})
+            if self.failed_attempt:
+                ledger.add_failed_attempt("step6_readiness", self.state, self.evidence, self.diagnosis)
+            if self.teardown is not None:
+                ledger.set_section("teardown", self.teardown)
+            if self.torn_down_at is not None:
+                ledger.set_section("torn_down_at", self.torn_down_at)
+            return {}
+        ledger.set_section("readiness", self.as_dict())
+        for engagement in self.config_engagement:
+            ledger.add_config_engagement(engagement)
+        return {"state": self.state, "seconds": self.seconds, "contention": len(self.contention)}
+
+
+def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend_expected: bool,
+               on_progress: Progress = quiet, on_allocated: Callable[[str], None] | None = None,
+               contention_recheck_s: float = 30.0, no_progress_s: float | None = None,
+               failed_grace_s: float = 30.0) -> Readiness:
+    """DGD Ready with state successful and observedGeneration current; every component x replica
+    Running and ready; pending pods and containers triaged as soon as they say why
+    (:class:`conditions.DgdReady`); the frontend Service present when one is expected.
+
+    Progress-aware: the wait goes on while pods advance and fails (``no-progress``) after
+    ``no_progress_s`` without progress, naming the last progress seen; ``timeout`` is the hard cap.
+    """
+    started = clock.monotonic()
+    no_progress_s = timeout if no_progress_s is None else min(no_progress_s, timeout)
+    expected = {c.name: c.replicas * c.node_count for c in dgd.components}
+    try:
+        nodes: list[Obj] | None = kube.list_items("Node")[0]
+    except Forbidden:
+        nodes = None
+    ready = conditions.DgdReady(conditions.PendingTriage(kube, namespace, nodes, contention_recheck_s), dgd.name,
+                                sum(expected.values()), on_allocated, kube.field_manager, failed_grace_s,
+                                tuple(c.name for c in dgd.components))
+    ready.progressed("readiness wait started")
+    while True:
+        now = clock.monotonic()
+        # One bounded wait per stretch without progress; a stretch that saw progress starts another.
+        window = min(ready.progress_mono + no_progress_s, started + timeout) - now
+        try:
+            state = kube.wait(ready, timeout=max(window, 0.0), on_progress=on_progress)
+            break
+        except WaitTimeout as exc:
+            now = clock.monotonic()
+            if now - started >= timeout:
+                raise StepFailure(f"{exc} (the hard cap timeouts.readiness_s, pods still progressing); "
+                                  f"last progress: {_progress_line(ready, started)}", "timeout",
+                                  [exc.last_state], result=_progress(ready, started)) from exc
+            if now - ready.progress_mono >= no_progress_s:
+                raise StepFailure(f"no progress for {now - ready.progress_mono:.0f}s (timeouts.readiness_no_progress_s "
+                                  f"{no_progress_s:.0f}s); last progress: {_progress_line(ready, started)}; last seen: "
+                                  f"{exc.last_state}", "no-progress", [exc.last_state],
+                                  result=_progress(ready, started)) from exc
+        except (StepFailure, StepBlocked) as exc:
+            exc.result = _progress(ready, started)
+            raise
+        except PlatformFault as exc:
+            raise platform_blocked(exc, "the readiness wait", _progress(ready, started)) from exc
+        except KubeError as exc:  # a refusal (403, 404, ...) stops the wait at once: not the attempt's fault
+            raise StepFailure(f"the readiness wait stopped: {exc}", "api-error") from exc
+    out = Readiness("ready", ready.dgd_state, ready.ready_condition, ready.ready_reason,
+                    allocated_at=ready.allocated_at, contention=ready.contention,
+                    last_progress=_progress(ready, started), generation_rule=ready.generation_rule,
+                    reconcile_errors=ready.reconcile_errors)
+    out.components = components(list(state.collections["pods"].values()), dgd, expected)
+    service = dgd.frontend_service
+    if frontend_expected and service and kube.get_or_none("Service", service, namespace) is None:
+        raise StepFailure(f"frontend Service {service} is missing", "missing-frontend-service")
+    out.seconds = round(clock.monotonic() - started, 3)
+    out.verdict_at = clock.iso_now_precise()
+    return out
+
+
+def _progress(ready: conditions.DgdReady, started: float) -> dict[str, Any]:
+    return {"what": ready.last_progress, "at": ready.last_progress_at,
+            "after_s": round(ready.progress_mono - started, 3), "milestones": len(ready.reached),
+            "contention": ready.contention[-3:], "reconcile_errors": ready.reconcile_errors}
+
+
+def _progress_line(ready: conditions.DgdReady, started: float) -> str:
+    return f"{ready.last_progress} at {ready.last_progress_at} ({ready.progress_mono - started:.0f}s after the start)"
+
+
+def readiness(run: RunState, kube: Kube) -> Readiness:
+    """Wait for readiness; an allocation interval is opened (``allocated_at`` the first) and saved
+    the moment the first GPU pod is bound, unless one is open. On failure the evidence is kept first
+    (:mod:`deploy_suite.procedure.evidence`), then the teardown policy (:func:`teardown`) decides whether the
+    DGD is deleted; the attempt is recorded (a failed attempt when the manifest can never run or
+    crashes)."""
+    dgd = load_dgd(run.manifests["deploy"])
+
+    def allocated(at: str) -> None:
+        # A rerun on the same live DGD keeps its open interval; allocated_at stays the first start.
+        if resume.open_allocation(run.ledger.data, at):
+            run.save()
+
+    t = run.settings.timeouts
+    try:
+        out = wait_ready(kube, run.namespace, dgd, t.readiness_s,
+                         frontend_expected=any(c.type == "frontend" for c in dgd.components),
+                         on_progress=run.progress, on_allocated=allocated, no_progress_s=t.readiness_no_progress_s,
+                         failed_grace_s=t.reconcile_error_grace_s)
+    except (StepFailure, StepBlocked) as exc:
+        verdict_at = clock.iso_now_precise()
+        progress = exc.result if isinstance(exc.result, dict) else None
+        # A platform fault (StepBlocked) is not the candidate's attempt: kept, never a failed attempt.
+        failed = Readiness(exc.category if isinstance(exc, StepFailure) else exc.cls, diagnosis=str(exc),
+                           evidence=exc.evidence if isinstance(exc, StepFailure) else [exc.message], failed=True,
+                           failed_attempt=isinstance(exc, StepFailure) and exc.failed_attempt,
+                           last_progress=progress, contention=list((progress or {}).get("contention") or []),
+                           reconcile_errors=list((progress or {}).get("reconcile_errors") or []),
+                           verdict_at=verdict_at)
+        found, text = evidence.collect(kube, run.namespace, dgd.name)
+        found.log_file = run.rel(evidence.write(run.deploy_root / "logs", dgd.name, text))
+        failed.failure_evidence = found.as_dict()
+        failed.teardown = teardown(kube, run.namespace, dgd.name, failed, keep=run.settings.keep_on_failure,
+                                   pods_gone_s=t.retire_s, on_progress=run.progress)
+        failed.teardown["evidence_file"] = found.log_file
+        if failed.teardown.get("pods_gone_at"):
+            failed.torn_down_at = failed.teardown["pods_gone_at"]
+        exc.result = failed
+        raise
+    out.config_engagement = config_engagement(kube, run.namespace, dgd)
+    return out
+
+
+def teardown(kube: Kube, namespace: str, dgd_name: str, failed: Readiness, *, keep: bool,
+             pods_gone_s: float = 600.0, on_progress: Progress = quiet) -> dict[str, Any]:
+    """The teardown policy, after the evidence is kept: an attempt that can never succeed (a failed
+    attempt: taint, selector, a request no node can hold, a crash loop that persists, an image that
+    does not exist) is deleted to free its GPUs; anything else (a dependency to fix, no progress, an
+    API refusal, a missing Service) is kept, since fixing it or waiting may still make it ready.
+    ``--keep-on-failure`` keeps everything. After a delete, ``pods_gone_at`` is when its pods were
+    gone (the GPUs free: ``torn_down_at``); a bounded wait, left unset when they outlast it."""
+    entry = {"policy": POLICY_KEEP if keep else POLICY_TEARDOWN, "dgd": dgd_name}
+    if keep:
+        return {**entry, "action": "kept", "reason": "--keep-on-failure: everything kept for debugging",
+                "at": clock.iso_now()}
+    if not failed.failed_attempt:
+        return {**entry, "action": "kept", "at": clock.iso_now(),
+                "reason": f"{failed.state}: not known to be final (fix the dependency or inspect, then rerun; "
+                          "the cleanup command is in the ledger)"}
+    try:
+        kube.delete(DGD, dgd_name, namespace)
+    except KubeError as exc:  # the failure and its evidence stay the story; the cleanup command is in the ledger
+        return {**entry, "action": "delete-failed", "at": clock.iso_now(),
+                "reason": f"{failed.state}: the attempt can never succeed as written, but the delete failed: {exc}"}
+    deleted = {**entry, "action": "deleted", "at": clock.iso_now(),
+               "reason": f"{failed.state}: the attempt can never succeed as written; deleted to free its GPUs"}
+    try:
+        kube.wait(conditions.dgd_pods_gone(namespace, dgd_name), timeout=pods_gone_s, on_progress=on_progress)
+    except (WaitTimeout, KubeError) as exc:
+        return {**deleted, "pods_gone_at": None, "reason": f"{deleted['reason']}; its pods were not seen gone: {exc}"}
+    return {**deleted, "pods_gone_at": clock.iso_now()}
+
+
+def config_engagement(kube: Kube, namespace: str, dgd: Dgd) -> list[dict[str, Any]]:
+    """The deployed pods' spec fields that carry the candidate's knobs (image, args, GPUs, selector)."""
+    pods, _ = kube.list_items("Pod", namespace, label_selector=f"{LABEL_DGD_NAME}={dgd.name}")
+    evidence = []
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        containers = pod["spec"]["containers"]
+        main = next((c for c in containers if c.get("name") == "main"), containers[0])
+        evidence.append({
+            "pod": pod["metadata"]["name"],
+            "component": (pod["metadata"].get("labels") or {}).get(LABEL_COMPONENT),
+            "node": pod["spec"].get("nodeName"),
+            "image": main.get("image"),
+            "command": main.get("command"),
+            "args": main.get("args"),
+            "gpus": conditions.gpus_of(pod),
+            "nodeSelector": pod["spec"].get("nodeSelector"),
+        })
+    return evidence

@@ -1,0 +1,162 @@
+"""Step 3: retire the previous iteration's DGD, only if it is the previous iteration's and the
+experiment's own, wait for it and its pods to go, and write ``torn_down_at`` into that ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from deploy_suite import clock
+from deploy_suite.access.kube import DGD, Kube, Obj
+from deploy_suite.errors import StepBlocked
+from deploy_suite.judges import conditions, ownership
+from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.workspace import PreviousDeployment
+from deploy_suite.record import experiment, resume
+from deploy_suite.record.ledger import Ledger, write_torn_down_at
+
+Progress = Callable[[str], None]
+
+
+def quiet(_m: str) -> None:
+    return None
+
+
+@dataclass
+class RetireResult:
+    dgd: str
+    namespace: str
+    kube_context: str
+    deleted_at: str
+    existed: bool
+    pods_gone_at: str = ""
+    # deleted | already-gone | own-dgd-live (deploy_suite/record/resume.py decides whose the live DGD is)
+    action: str = "deleted"
+    torn_down_at: str | None = None  # what the retired ledger says now (None: not written by us)
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Retired:
+    """Step 3: what was retired (None at iteration 0) and the manifest.yaml context change."""
+
+    context_change: dict[str, Any] | None = None
+    retired: RetireResult | None = None
+    ledger_file: str | None = None  # the retired iteration's ledger, EXP_ROOT-relative
+
+    def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        evidence: dict[str, Any] = {}
+        if self.context_change is not None:
+            evidence["manifest_context_update"] = self.context_change
+        if self.retired is not None:
+            section = {**self.retired.as_dict(), "ledger": self.ledger_file}
+            earlier = ledger.data.get("retired_previous")
+            if self.retired.action != "deleted" and isinstance(earlier, dict) and earlier.get("existed"):
+                # A rerun keeps the record of the deletion an earlier run of this iteration did.
+                section = {**earlier, "rerun": section}
+            ledger.set_section("retired_previous", section)
+            evidence.update(self.retired.as_dict())
+        return evidence
+
+
+def retire_previous(kube: Kube, namespace: str, dgd_name: str, timeout: float,
+                    on_progress: Progress = quiet, on_deleted: Callable[[RetireResult], None] | None = None
+                    ) -> RetireResult:
+    """Delete only the previous DGD, by exact name, then wait for it and its pods to be gone
+    (``timeout`` bounds each wait). PVCs, Jobs, namespaces and secrets are kept. ``on_deleted``
+    hears of the deletion before the waits (the run saves it: a rerun must know it deleted). The
+    caller has decided the DGD is the previous iteration's and this experiment's (:func:`retire`)."""
+    existed = kube.delete(DGD, dgd_name, namespace)
+    result = RetireResult(dgd_name, namespace, kube.context, clock.iso_now(), existed)
+    if on_deleted is not None:
+        on_deleted(result)
+    _wait_gone(kube, result, timeout, on_progress)
+    return result
+
+
+def _wait_gone(kube: Kube, result: RetireResult, timeout: float, on_progress: Progress) -> None:
+    kube.wait(conditions.dgd_gone(result.namespace, result.dgd), timeout=timeout, on_progress=on_progress)
+    kube.wait(conditions.dgd_pods_gone(result.namespace, result.dgd), timeout=timeout, on_progress=on_progress)
+    result.pods_gone_at = clock.iso_now()
+
+
+def retire(run: RunState, kube: Kube) -> Retired:
+    """Record the effective context in manifest.yaml (before the first mutation of the run), then
+    retire the previous iteration's DGD in its own context and write ``torn_down_at`` in its ledger
+    once its pods are gone. Idempotent on a rerun: a DGD already gone is recorded, not deleted, and
+    its ledger's ``torn_down_at`` left alone; a live DGD that is this iteration's own (its uid is
+    the one step 5 recorded) is kept. A live DGD is deleted only when both guards agree: its uid is
+    the previous iteration's (``deploy_suite.record.resume``) and it carries the experiment's field manager
+    (``deploy_suite.judges.ownership``); anything else blocks, untouched."""
+    out = Retired(experiment.update_manifest_context(run.exp_root, kube.context))
+    if out.context_change is not None:
+        run.add_evidence(manifest_context_update=out.context_change)  # kept even if the retire fails
+    prev = run.previous
+    if prev is None:
+        return out
+    out.ledger_file = run.rel(prev.ledger_path)
+    owned = prev.kube_context != kube.context
+    prev_kube = Kube(prev.kube_context, run.settings.kubeconfig, on_command=run.record_command,
+                     field_manager=kube.field_manager) if owned else kube
+    try:
+        out.retired = _retire_checked(run, prev_kube, prev, out.ledger_file)
+    finally:
+        if owned:
+            prev_kube.close()
+    return out
+
+
+def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, ledger_file: str) -> RetireResult:
+    timeout = run.settings.timeouts.retire_s
+    live = kube.get_or_none(DGD, prev.dgd_name, prev.namespace)
+    owner = resume.whose(live, resume.recorded_uid(run.ledger.data), prev.applied_uid)
+    _refuse_unless_ours(live, owner, ownership.judge(live, prev.dgd_name, prev.namespace, kube.field_manager),
+                        prev, run.settings.iteration - 1)
+    if owner == "previous":
+        def deleted(result: RetireResult) -> None:
+            run.ledger.set_section("retired_previous", {**result.as_dict(), "ledger": ledger_file})
+            run.save()
+
+        result = retire_previous(kube, prev.namespace, prev.dgd_name, timeout, run.progress, deleted)
+    else:
+        action = "own-dgd-live" if owner == "mine" else "already-gone"
+        result = RetireResult(prev.dgd_name, prev.namespace, kube.context, "", False, action=action)
+        if owner is None:
+            _wait_gone(kube, result, timeout, run.progress)  # its pods may still be terminating
+    earlier = run.ledger.data.get("retired_previous") or {}
+    # torn_down_at when the pods are gone, written once: by this run's deletion, or by the rerun of
+    # one that deleted and was killed before it could write it (its record was saved at the delete).
+    ours = owner == "previous" or (owner is None and earlier.get("existed") and not earlier.get("pods_gone_at"))
+    if ours and prev.torn_down_at is None and result.pods_gone_at:
+        write_torn_down_at(prev.ledger_path, result.pods_gone_at)
+        result.torn_down_at = result.pods_gone_at
+    else:
+        result.torn_down_at = prev.torn_down_at
+        result.note = "torn_down_at left as the retired ledger records it"
+    return result
+
+
+def _refuse_unless_ours(live: Obj | None, owner: resume.Whose | None, found: ownership.Ownership,
+                       prev: PreviousDeployment, previous_iteration: int) -> None:
+    """Both guards of step 3, one message: the uid identity (README "Resume") and the field
+    manager (README "Ownership"). A live DGD is deleted only when it passes both; this iteration's
+    own is never deleted, so only the uid decides it is kept (step 5 re-checks its field manager)."""
+    reasons = []
+    if owner == "unknown":
+        uid = ((live or {}).get("metadata") or {}).get("uid")
+        reasons.append(f"it has uid {uid}, neither iteration {previous_iteration}'s ({prev.applied_uid}, its "
+                       "ledger) nor this iteration's")
+    if owner != "mine" and found.foreign:
+        managers = ", ".join(found.managers) or "none"
+        reasons.append(f"it was not created by this experiment (field managers: {managers})")
+    if reasons:
+        raise StepBlocked("ownership", f"DynamoGraphDeployment {prev.namespace}/{prev.dgd_name} is live and "
+                          f"{'; '.join(reasons)}; step 3 refuses to delete it",
+                          ownership.FIX if found.foreign else "if it is this experiment's to remove, delete it "
+                          "yourself and rerun; otherwise choose another DGD name")
+
+

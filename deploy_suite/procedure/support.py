@@ -1,0 +1,162 @@
+"""Step 4: the support manifests in the procedure's order (model-cache, model-download,
+model-validate): claims bound, Jobs complete, a failed Job's logs kept."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deploy_suite import clock, yamlio
+from deploy_suite.access.kube import Kube, Obj
+from deploy_suite.constants import LABEL_JOB_NAME
+from deploy_suite.errors import Forbidden, KubeError, StepFailure, WaitTimeout
+from deploy_suite.judges import conditions
+from deploy_suite.procedure.retire import Progress, quiet
+from deploy_suite.procedure.runstate import RunState
+from deploy_suite.record.ledger import Ledger, redact
+
+SUPPORT_ORDER = ("model-cache", "model-download", "model-validate")
+
+
+@dataclass
+class JobResult:
+    type: str
+    job: str
+    outcome: str  # Complete | Failed
+    conditions: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    log_file: str | None = None
+    log_excerpt: str = ""
+    completed_at: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Support:
+    """Step 4: the support manifests applied (EXP_ROOT-relative), their Jobs and claims; or the
+    diagnostic of the Job that failed."""
+
+    applied: list[str] = field(default_factory=list)
+    jobs: list[JobResult] = field(default_factory=list)
+    pvcs: dict[str, str | None] = field(default_factory=dict)
+    failure: dict[str, Any] | None = None
+
+    def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        if self.failure is not None:
+            ledger.add_diagnostic(self.failure)
+            return {}
+        if not self.applied:
+            return {}
+        return {"applied": self.applied, "jobs": [j.as_dict() for j in self.jobs], "pvcs": self.pvcs}
+
+
+def applied_support_order(paths: Mapping[str, Path]) -> list[tuple[str, Path]]:
+    return [(k, paths[k]) for k in SUPPORT_ORDER if k in paths]
+
+
+def names_of(docs: Sequence[Any], kind: str) -> list[str]:
+    """Names come from each manifest's kind/metadata.name, never from its file name."""
+    return [str(d["metadata"]["name"]) for d in docs if isinstance(d, dict) and d.get("kind") == kind]
+
+
+def wait_pvcs_bound(kube: Kube, namespace: str, names: Sequence[str], timeout: float,
+                    on_progress: Progress = quiet) -> None:
+    for name in names:
+        kube.wait(conditions.pvc_bound(namespace, name), timeout=timeout, on_progress=on_progress)
+
+
+def immediate_claims(kube: Kube, namespace: str, names: Sequence[str]) -> list[str]:
+    """Claims that should bind on their own (their class is not WaitForFirstConsumer); a claim
+    whose class cannot be read is treated as immediate, so the bounded wait still guards it."""
+    out = []
+    for name in names:
+        pvc = kube.get_or_none("PersistentVolumeClaim", name, namespace) or {}
+        cls = (pvc.get("spec") or {}).get("storageClassName")
+        mode = "Immediate"
+        if cls:
+            try:
+                mode = (kube.get_or_none("StorageClass", cls) or {}).get("volumeBindingMode", "Immediate")
+            except Forbidden:
+                mode = "Immediate"
+        if mode != "WaitForFirstConsumer":
+            out.append(name)
+    return out
+
+
+def run_job(kube: Kube, namespace: str, job: str, kind: str, timeout: float, logs_dir: Path,
+            on_progress: Progress = quiet) -> JobResult:
+    """Wait for a Job (:class:`conditions.JobComplete`); a failed one fails fast with its pod's
+    last log lines kept under logs/."""
+    started = clock.monotonic()
+    try:
+        kube.wait(conditions.JobComplete(kube, namespace, job, kind), timeout=timeout, on_progress=on_progress)
+    except StepFailure as exc:
+        if exc.category != "job-failed":
+            raise
+        excerpt = _job_logs(kube, namespace, job, logs_dir)
+        raise StepFailure(f"{exc}; last log lines: {excerpt[-600:] or 'none'}", exc.category, exc.evidence,
+                          log_excerpt=excerpt) from exc
+    except WaitTimeout as exc:
+        raise StepFailure(f"{kind} job {job} timed out: {exc}", category="job-timeout") from exc
+    return JobResult(kind, job, "Complete", ["Complete"], round(clock.monotonic() - started, 3),
+                     completed_at=clock.iso_now())
+
+
+def _job_logs(kube: Kube, namespace: str, job: str, logs_dir: Path, lines: int = 40) -> str:
+    try:
+        pods, _ = kube.list_items("Pod", namespace, label_selector=f"{LABEL_JOB_NAME}={job}")
+    except KubeError:
+        return ""
+    if not pods:
+        return ""
+    pod: Obj = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))[-1]
+    try:
+        text = kube.pod_log(pod["metadata"]["name"], namespace, tail=lines)
+    except KubeError as exc:
+        text = f"(logs unavailable: {exc})"
+    # A download Job's log is where a token ends up when a script echoes its environment.
+    text = redact(text)
+    logs_dir.mkdir(parents=True, exist_ok=True)  # logs/ exists only when a failure log is kept
+    (logs_dir / f"job-{job}.log").write_text(text)
+    return text.strip()
+
+
+def support(run: RunState, kube: Kube) -> Support:
+    """Apply model-cache, model-download, model-validate in that order (those handed over); claims
+    that bind on their own are awaited before any Job waits on them (WaitForFirstConsumer claims
+    bind with their first pod); each Job must complete."""
+    out = Support()
+    order = applied_support_order(run.manifests)
+    t = run.settings.timeouts
+    for kind, path in order:
+        docs = yamlio.load_all(path, run.rel(path))
+        kube.apply_documents(docs, run.namespace, run.rel(path))
+        claims = names_of(docs, "PersistentVolumeClaim")
+        out.pvcs.update(dict.fromkeys(claims))
+        try:
+            wait_pvcs_bound(kube, run.namespace, immediate_claims(kube, run.namespace, claims), t.pvc_bound_s,
+                            on_progress=run.progress)
+        except WaitTimeout as exc:
+            raise StepFailure(f"model-cache PVC never bound: {exc}; fix the storage class or provisioner "
+                              "(a dependency: waiting longer does not help)", "dependency") from exc
+        bound = t.job_download_s if kind != "model-validate" else t.job_validate_s
+        for job in names_of(docs, "Job"):
+            try:
+                out.jobs.append(run_job(kube, run.namespace, job, kind, bound, run.deploy_root / "logs",
+                                        on_progress=run.progress))
+            except StepFailure as exc:
+                out.failure = {"step": "step4_support_manifests", "job": job, "message": str(exc),
+                               "log_excerpt": exc.log_excerpt[-2000:],
+                               "log_file": run.rel(run.deploy_root / "logs" / f"job-{job}.log")}
+                exc.result = out
+                raise
+    out.applied = [run.rel(p) for _, p in order]
+    out.pvcs = {c: ((kube.get_or_none("PersistentVolumeClaim", c, run.namespace) or {}).get("status") or {})
+                .get("phase") for c in out.pvcs}
+    return out
+
+
