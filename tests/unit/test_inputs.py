@@ -437,6 +437,15 @@ def test_an_invalid_gpu_count_is_refused_naming_the_value(exp: Experiment, count
     assert "no worker requests a GPU" not in str(error)
 
 
+def test_a_dgd_name_the_operator_cannot_carry_is_refused_before_any_directory(exp: Experiment):
+    text = (exp.exp_root / "inputs" / "user_provided_dgd.yaml").read_text()
+    name = yaml.safe_load(text)["metadata"]["name"]
+    long_name = (name + "-" + "x" * 70)[:70]
+    error = refused(_with_dgd_text(exp, text.replace(f"name: {name}", f"name: {long_name}", 1)))
+    assert_one_line(error, "--dgd", "(70 characters)", "at most 63 characters")
+    assert not (exp.exp_root / "artifacts").exists()
+
+
 def test_two_model_cache_manifests_are_refused(exp: Experiment):
     cache = exp.exp_root / "inputs" / "model-cache.yaml"
     settings = settings_for(exp, support=(SupportInput("model-cache", cache), SupportInput("model-cache", cache)))
