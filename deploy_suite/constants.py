@@ -24,6 +24,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TAINT_KEY = "nvidia.com/gpu"
 # GPU Feature Discovery's node label naming the GPU model (e.g. NVIDIA-H100-80GB-HBM3).
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB (GPU Feature Discovery)
 
 # Labels the operator puts on every pod it creates.
 LABEL_DGD_NAME = "nvidia.com/dynamo-graph-deployment-name"

@@ -16,14 +16,21 @@ import yaml
 
 from deploy_suite.errors import InputError
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys (PyYAML silently keeps the last one)."""
+    """SafeLoader that refuses duplicate mapping keys (PyYAML silently keeps the last one).
+
+    Only the keys written in the mapping count: a key that overrides one brought in by a merge key
+    (``<<: *base`` then ``image: x``) is the YAML merge-key type's purpose (yaml.org/type/merge),
+    so duplicates are looked for before the merge is flattened."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        self.flatten_mapping(node)
         seen: set[Any] = set()
         for key_node, _value in node.value:
+            if key_node.tag == MERGE_TAG:
+                continue
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, list | dict):
                 continue  # unhashable keys are rejected by the base constructor itself
@@ -86,6 +93,8 @@ def load_yaml_text(text: str, input_name: str, fix: str) -> list[Any]:
                     raise InputError(input_name, f"YAML document {len(documents) + 1} expands to more than "
                                      f"{MAX_YAML_NODES} nodes through its aliases (an alias bomb?)", fix)
                 documents.append(loader.construct_document(node))
+            while len(documents) > 1 and documents[-1] is None:
+                documents.pop()  # a file ending with ``---``: an empty last document, no object
             return documents
         finally:
             loader.dispose()

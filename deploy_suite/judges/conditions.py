@@ -18,11 +18,11 @@ from deploy_suite import clock
 from deploy_suite.access.kube import Kube
 from deploy_suite.access.resources import DGD, Obj
 from deploy_suite.access.watch import Judge, Seen, Watch
-from deploy_suite.constants import GPU_RESOURCE, LABEL_DGD_NAME, LABEL_JOB_NAME
+from deploy_suite.constants import LABEL_DGD_NAME, LABEL_JOB_NAME
 from deploy_suite.errors import StepBlocked, StepFailure
 from deploy_suite.judges import objects as triage_objects
 from deploy_suite.judges import operator_status, triage
-from deploy_suite.model.scheduling import pod_gpus
+from deploy_suite.model.scheduling import pod_gpu_total
 
 # kube-scheduler's VolumeBinding filter: `persistentvolumeclaim "model-cache" not found`.
 Verdict = triage.Verdict  # the dataclass below has a field named triage
@@ -60,7 +60,7 @@ def unschedulable(pod: Obj) -> Obj | None:
 
 
 def gpus_of(pod: Obj) -> int:
-    return pod_gpus(pod.get("spec") or {}, GPU_RESOURCE) or 0
+    return pod_gpu_total(pod.get("spec") or {})  # MIG slices too: they open the allocation interval
 
 
 class PendingTriage:

@@ -37,6 +37,7 @@ from deploy_suite.model.scheduling import (
     Toleration,
     check_dra,
     container_gpus,
+    gpu_resources,
     parse_count,
     parse_scheduling,
     pod_gpus,
@@ -382,10 +383,7 @@ def _alpha_components(
         resources = rd.mapping(svc.get("resources"), f"{path}.resources")
         limits = rd.mapping(resources.get("limits"), f"{path}.resources.limits")
         requests = rd.mapping(resources.get("requests"), f"{path}.resources.requests")
-        gpu_resource = (
-            rd.text(limits.get("gpuType") or requests.get("gpuType"), f"{path}.resources.limits.gpuType")
-            or GPU_RESOURCE
-        )
+        gpu_type = rd.text(limits.get("gpuType") or requests.get("gpuType"), f"{path}.resources.limits.gpuType")
         service_gpus = 0
         for part, values in (("limits", limits), ("requests", requests)):
             if values.get("gpu") is None:
@@ -404,6 +402,8 @@ def _alpha_components(
             for i, c in enumerate(rd.seq(pod_spec.get("containers"), f"{path}.extraPodSpec.containers"))
         ]
         check_dra(rd, pod_spec, [main, *sidecars], f"{path}.extraPodSpec", problems)
+        # resources.gpu goes on nvidia.com/gpu; else a MIG slice the main container asks counts too.
+        gpu_resource = gpu_type or (GPU_RESOURCE if service_gpus else _main_gpu_resource(main))
         # The operator puts the service GPUs on the main container; sidecars and init containers add to it.
         main_gpus = max(container_gpus(main, gpu_resource) or 0, service_gpus)
         main_effective = {**main, "resources": {"limits": {gpu_resource: main_gpus}}}
@@ -497,7 +497,7 @@ def _beta_components(
             )
         main = mains[0]
         check_dra(rd, pod_spec, containers, f"{path}.podTemplate.spec", problems)
-        gpu_resource = _beta_gpu_resource(main)
+        gpu_resource = _main_gpu_resource(main)
         gpus = _pod_gpus(pod_spec, gpu_resource, path, problems)
         cpath = f"{path}.podTemplate.spec.containers[main]"
         container_env = podspec.env_list(rd, main.get("env"), f"{cpath}.env")
@@ -556,16 +556,8 @@ def _pod_gpus(pod_spec: Mapping[str, Any], resource: str, path: str, problems: l
     return 0
 
 
-def _beta_gpu_resource(main: Mapping[str, Any]) -> str:
-    """The GPU resource the main container asks for: nvidia.com/gpu unless another ``*/gpu*`` is named."""
-    resources = main.get("resources") or {}
-    for part in ("limits", "requests"):
-        values = resources.get(part) if isinstance(resources, dict) else None
-        if isinstance(values, dict):
-            for key in values:
-                if key == GPU_RESOURCE:
-                    return GPU_RESOURCE
-            for key in values:
-                if "/gpu" in str(key) or "/mig-" in str(key):
-                    return str(key)
-    return GPU_RESOURCE
+def _main_gpu_resource(main: Mapping[str, Any]) -> str:
+    """The GPU resource the main container asks for: nvidia.com/gpu unless another GPU resource
+    (a MIG slice, ``is_gpu_resource``) is named."""
+    named = gpu_resources({"containers": [main]})
+    return GPU_RESOURCE if GPU_RESOURCE in named or not named else named[0]

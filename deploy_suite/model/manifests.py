@@ -16,6 +16,7 @@ from typing import Any
 from deploy_suite.constants import DGD_KIND, SUPPORTED_API_VERSIONS
 from deploy_suite.errors import InputError
 from deploy_suite.model import dgd as dgd_mod
+from deploy_suite.model import names
 from deploy_suite.model.files import FileRef
 from deploy_suite.model.workload import MISSING, lookup, type_name
 
@@ -142,6 +143,10 @@ def check_dgd_deployable(documents: Sequence[Any], input_name: str) -> dgd_mod.D
         if dgd_mod.BAD_GPU_COUNT in problem:
             raise InputError(input_name, problem, "write GPU counts as whole numbers (Kubernetes refuses a "
                              "fraction or a negative count of an extended resource)")
+    # The operator would fail on these after the apply, the DGD left in the cluster (model/names.py).
+    too_long = names.derived_name_problems(model)
+    if too_long:
+        raise InputError(input_name, "; ".join(too_long), names.NAME_FIX)
     return model
 
 

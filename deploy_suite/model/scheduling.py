@@ -401,6 +401,35 @@ def pod_gpus(pod_spec: Mapping[str, Any], resource: str) -> int | None:
     return max(regular + sidecars, init_peak)
 
 
+def is_gpu_resource(name: str) -> bool:
+    """A resource name that is a GPU or a slice of one: ``nvidia.com/gpu``, the device plugin's
+    time-sliced ``nvidia.com/gpu.shared`` (renameByDefault) and MIG ``nvidia.com/mig-<profile>``
+    names (mixed strategy; NVIDIA/k8s-device-plugin README), another vendor's ``<domain>/gpu``."""
+    domain, _, short = name.partition("/")
+    if domain == "nvidia.com":
+        return short == "gpu" or short.startswith(("gpu.", "mig-"))
+    return bool(domain) and short == "gpu"
+
+
+def gpu_resources(pod_spec: Mapping[str, Any]) -> list[str]:
+    """The GPU resource names the pod's containers ask for (requests or limits), sorted."""
+    names: set[str] = set()
+    for key in ("initContainers", "containers"):
+        for c in pod_spec.get(key) or []:
+            resources = c.get("resources") if isinstance(c, dict) else None
+            for part in ("requests", "limits"):
+                values = resources.get(part) if isinstance(resources, dict) else None
+                if isinstance(values, dict):
+                    names.update(str(k) for k in values if is_gpu_resource(str(k)))
+    return sorted(names)
+
+
+def pod_gpu_total(pod_spec: Mapping[str, Any]) -> int:
+    """Every GPU and GPU slice a pod holds (:func:`is_gpu_resource`); a count that is not a whole
+    number counts 0, as :func:`pod_gpus`' callers do."""
+    return sum(pod_gpus(pod_spec, r) or 0 for r in gpu_resources(pod_spec))
+
+
 def check_dra(
     rd: FieldReader,
     pod_spec: Mapping[str, Any],

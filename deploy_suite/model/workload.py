@@ -177,13 +177,17 @@ def parse_workload(documents: Sequence[Any], input_name: str = "--workload user_
 
 
 def contract_dgd_candidates(dgd_path: str, exp_root: Path) -> list[Path]:
-    """Where ``deployment.dgd_path`` may point: absolute, relative to the dir holding ``runs/``
-    (the canonical ``runs/<EXP_ID>/inputs/user_provided_dgd.yaml`` form), or EXP_ROOT-relative."""
+    """Where ``deployment.dgd_path`` may point: absolute, the canonical
+    ``runs/<EXP_ID>/inputs/user_provided_dgd.yaml`` form (EXP_ROOT is ``runs/<EXP_ID>``: resolved
+    inside EXP_ROOT when ``<EXP_ID>`` is its name, whatever its parent is called), or EXP_ROOT-relative."""
     path = Path(dgd_path).expanduser()
     if path.is_absolute():
         return [path]
     real_root = Path(os.path.realpath(exp_root))
     candidates = []
+    parts = path.parts
+    if len(parts) > 2 and parts[0] == "runs" and parts[1] in {real_root.name, Path(exp_root).name}:
+        candidates.append(real_root.joinpath(*parts[2:]))
     if real_root.parent.name == "runs":
         candidates.append(real_root.parent.parent / path)
     candidates.append(real_root / path)

@@ -87,28 +87,44 @@ def validate(data: Mapping[str, Any]) -> None:
 # A run of base64 long enough to be key material; hex digests (sha256) are excluded separately.
 _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/]{40,}={0,2}(?![A-Za-z0-9+/=_-])")
 _HEX = re.compile(r"[0-9a-fA-F]+")
+# Token formats as their issuers document them.
 _TOKEN_PATTERNS = (
-    re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"),  # Hugging Face token
+    re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"),  # Hugging Face user access token
     re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),  # JWT / SA token
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
     re.compile(r"--from-literal=[^=\s]+=\S+"),  # `kubectl create secret ... --from-literal=K=V`
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key id (IAM identifiers: unique ID prefixes)
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b|\bgithub_pat_[A-Za-z0-9_]{40,}\b"),  # GitHub tokens
+    re.compile(r"\bnvapi-[A-Za-z0-9_-]{40,}"),  # NVIDIA (NGC / build.nvidia.com) API key
 )
+# A key naming a credential: its value is judged as a whole, slashes included.
+_SECRET_KEY = re.compile(r"(?i)(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH)")
 
 
-def _looks_like_secret_blob(text: str) -> bool:
+def _random_blob(run: str) -> bool:
+    if _HEX.fullmatch(run.rstrip("=")) or len(run) % 4:
+        return False
+    try:
+        base64.b64decode(run, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    # Mixed case and digits: a random blob, not a long word or an identifier.
+    return any(c.islower() for c in run) and any(c.isupper() for c in run) and any(c.isdigit() for c in run)
+
+
+def _looks_like_secret_blob(text: str, secret_key: bool = False) -> bool:
+    """A token format anywhere; a base64 blob. Outside a credential-named key a run with ``/`` is a
+    path (``.../snapshots/<40 hex>``, ``org/Model-8B``) judged segment by segment, so only a blob
+    segment of its own length counts."""
     for pattern in _TOKEN_PATTERNS:
         if pattern.search(text):
             return True
+    if not secret_key and any(_looks_like_secret_blob(m.group(3), True) for m in _SECRET_ASSIGNMENT.finditer(text)):
+        return True  # `AWS_SECRET_ACCESS_KEY=...` in a log line: the value as a credential-named key's
     for match in _B64_RUN.finditer(text):
         run = match.group(0)
-        if _HEX.fullmatch(run.rstrip("=")) or len(run) % 4:
-            continue
-        try:
-            base64.b64decode(run, validate=True)
-        except (binascii.Error, ValueError):
-            continue
-        # Mixed case and digits: a random blob, not a long word or an identifier.
-        if any(c.islower() for c in run) and any(c.isupper() for c in run) and any(c.isdigit() for c in run):
+        parts = [run] if secret_key or "/" not in run else [p for p in run.split("/") if len(p) >= 40]
+        if any(_random_blob(p) for p in parts):
             return True
     return False
 
@@ -150,7 +166,8 @@ def find_secret(value: Any, path: str = "") -> str | None:
             if found:
                 return found
         return None
-    if isinstance(value, str) and _looks_like_secret_blob(value):
+    key = path.rsplit("/", 1)[-1]
+    if isinstance(value, str) and _looks_like_secret_blob(value, bool(_SECRET_KEY.search(key))):
         return path or "(top level)"
     return None
 

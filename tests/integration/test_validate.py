@@ -277,6 +277,25 @@ def test_happy_path_passes_every_gate_and_patches_only_the_run_scoped_copy(
     assert_no_canary(report, probe, staged, audit)
 
 
+@pytest.mark.parametrize(("gpu_type", "outcome"), [("H200 141GB", "matches"), ("H100 80GB", "mismatch")])
+def test_a_gpu_type_as_people_write_it_is_judged_against_the_h200_nodes_labels(
+        offline_cluster: OfflineCluster, cluster_kube: Kube, scratch_namespace: str, tmp_path: Path,
+        gpu_type: str, outcome: str) -> None:
+    # The default pool's H200 nodes carry GFD's NVIDIA-H200 and gpu.memory 143771 (pools/default.yaml);
+    # the worker cannot reach the reserved H100 nodes.
+    create_secret(cluster_kube, scratch_namespace)
+    staged = stage(tmp_path, dgd_doc(), {"model-cache": model_cache_doc()})
+    wl = {**workload(scratch_namespace, offline_cluster.context), "hardware": [{"gpu_type": gpu_type, "gpu_count": 1}]}
+    report = run_validate(Probe().on(offline_cluster), scratch_namespace, staged, wl)
+    sku_ev = report.evidence["gpu_sku"]
+    assert sku_ev["outcome"] == outcome
+    if outcome == "matches":
+        assert report.ok and report.blockers == [] and report.warnings == []
+        assert sorted(sku_ev["components"][WORKER]["matching"]) == list(H200_NODES)
+    else:
+        assert classes(report) == ["gpu-sku"] and "h200-0 (NVIDIA-H200)" in blocker(report, "gpu-sku")
+
+
 # ------------------------------------------------------------------ namespace and CRD gates
 
 

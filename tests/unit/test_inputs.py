@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,27 @@ def test_contract_dgd_path_may_be_written_in_three_forms(exp: Experiment, form: 
     value = form.format(exp_id=EXP_ID, root=exp.exp_root)
     settings = rewrite_workload(exp, lambda d: d["deployment"].update(dgd_path=value))
     assert inputs.prepare(settings).dgd_name == "demo-agg"
+
+
+@pytest.mark.parametrize("parent", ["experiments", "exp-roots.d"])
+def test_the_runs_relative_dgd_path_resolves_inside_exp_root_whatever_its_parent_is_named(
+        exp: Experiment, tmp_path: Path, parent: str):
+    moved = tmp_path / parent / EXP_ID
+    moved.parent.mkdir()
+    shutil.copytree(exp.exp_root, moved, symlinks=True)
+    workload = moved / "user_workload.yaml"
+    data = yaml.safe_load(workload.read_text())
+    data["deployment"]["dgd_path"] = f"runs/{EXP_ID}/inputs/user_provided_dgd.yaml"
+    workload.write_text(yaml.safe_dump(data))
+    settings = settings_for(exp, exp_root=moved, workload=workload, workload_sha256=sha(workload),
+                            dgd=moved / "inputs" / "user_provided_dgd.yaml",
+                            support=tuple(SupportInput(s.type, moved / s.path.relative_to(exp.exp_root))
+                                          for s in settings_for(exp).support))
+    assert inputs.prepare(settings).dgd_name == "demo-agg"
+    data["deployment"]["dgd_path"] = "runs/another-experiment/inputs/user_provided_dgd.yaml"
+    workload.write_text(yaml.safe_dump(data))
+    other = Settings(**{**settings.__dict__, "workload_sha256": sha(workload)})
+    assert_one_line(refused(other), "deployment.dgd_path", "runs/another-experiment")
 
 
 def test_iteration_is_zero_padded_to_three_digits(exp: Experiment):
@@ -435,6 +457,15 @@ def test_an_invalid_gpu_count_is_refused_naming_the_value(exp: Experiment, count
     error = refused(_with_dgd_text(exp, replaced))
     assert_one_line(error, "--dgd", repr(yaml.safe_load(count)), "not a whole number of GPUs")
     assert "no worker requests a GPU" not in str(error)
+
+
+def test_a_dgd_name_the_operator_cannot_carry_is_refused_before_any_directory(exp: Experiment):
+    text = (exp.exp_root / "inputs" / "user_provided_dgd.yaml").read_text()
+    name = yaml.safe_load(text)["metadata"]["name"]
+    long_name = (name + "-" + "x" * 70)[:70]
+    error = refused(_with_dgd_text(exp, text.replace(f"name: {name}", f"name: {long_name}", 1)))
+    assert_one_line(error, "--dgd", "(70 characters)", "at most 63 characters")
+    assert not (exp.exp_root / "artifacts").exists()
 
 
 def test_two_model_cache_manifests_are_refused(exp: Experiment):

@@ -14,12 +14,15 @@ from deploy_suite.procedure.validate import ValidationInputs, Validator
 
 GPU = "nvidia.com/gpu"
 PRODUCT = "nvidia.com/gpu.product"
+MEMORY = "nvidia.com/gpu.memory"
 MOCKER = Path(__file__).parents[1] / "e2e" / "data" / "dgd-mocker.yaml"
 RESERVED = ("example.com/reserved-for", "tenant-b", "NoSchedule")
 
 
-def node(name: str, product: str | None, gpus: int = 8, taint: tuple[str, str, str] | None = None) -> dict[str, Any]:
-    labels = {"kubernetes.io/hostname": name, **({PRODUCT: product} if product else {})}
+def node(name: str, product: str | None, gpus: int = 8, taint: tuple[str, str, str] | None = None,
+         memory_mib: int | None = None) -> dict[str, Any]:
+    labels = {"kubernetes.io/hostname": name, **({PRODUCT: product} if product else {}),
+              **({MEMORY: str(memory_mib)} if memory_mib else {})}
     return {"metadata": {"name": name, "labels": labels},
             "spec": {"taints": [dict(zip(("key", "value", "effect"), taint, strict=True))] if taint else []},
             "status": {"allocatable": {GPU: str(gpus)}}}
@@ -66,10 +69,51 @@ def test_gpu_type_matches_the_gfd_product_label(gpu_type: str, product: str, mat
     assert sku.sku_matches(gpu_type, product) is matches
 
 
+# gpu_type as workloads write it against GFD's product label (the NVML name, spaces as dashes:
+# NVIDIA/gpu-feature-discovery README, "Generated Labels") and its gpu.memory label in MiB.
+@pytest.mark.parametrize(("gpu_type", "product", "memory_mib", "verdict"), [
+    ("H200 141GB", "NVIDIA-H200", "143771", "match"),  # the offline pool's H200 (pools/default.yaml)
+    ("H200 141GB", "NVIDIA-H200", "", "ambiguous"),  # no memory label: cannot tell
+    ("H200 141GB", "NVIDIA-H100-80GB-HBM3", "81559", "other"),
+    ("H100 80GB", "NVIDIA-H200", "143771", "other"),
+    ("H100 SXM", "NVIDIA-H100-80GB-HBM3", "81559", "ambiguous"),  # the SXM5 card's name says no form factor
+    ("H100 SXM", "NVIDIA-H100-PCIe", "81559", "other"),
+    ("H100 NVL", "NVIDIA-H100-NVL", "95830", "match"),
+    ("H100 80GB", "NVIDIA-H100-NVL", "95830", "other"),  # 94 GB
+    ("GB200 NVL72", "NVIDIA-GB200", "", "match"),  # NVL72 names the rack
+    ("B200", "NVIDIA-GB200", "", "other"),
+    ("A100 80GB PCIe", "NVIDIA-A100-80GB-PCIe", "81920", "match"),
+    ("A100 80GB PCIe", "NVIDIA-A100-SXM4-80GB", "81920", "other"),
+    ("A100 SXM4 40GB", "NVIDIA-A100-SXM4-40GB", "40960", "match"),
+    ("A100 40GB", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "4864", "match"),  # MIG single strategy
+    ("L40S", "NVIDIA-L40S", "46068", "match"),
+    ("L40", "NVIDIA-L40S", "46068", "other"),
+])
+def test_gpu_names_are_compared_by_family_memory_and_form_factor(gpu_type: str, product: str, memory_mib: str,
+                                                               verdict: str) -> None:
+    assert sku.sku_match(gpu_type, product, memory_mib) == verdict
+
+
+def test_an_ambiguous_match_warns_and_never_blocks() -> None:
+    nodes = [node("h100-0", "NVIDIA-H100-80GB-HBM3", memory_mib=81559)]
+    result = sku.check_sku(dgd(), nodes, ["H100 SXM"])
+    assert result.outcome == "unverified" and not result.blockers
+    (warning,) = result.warnings
+    assert "does not say its memory or form factor" in warning and "h100-0 (NVIDIA-H100-80GB-HBM3)" in warning
+    assert sku.check_sku(dgd(), nodes, ["H100 PCIe"]).outcome == "unverified"
+    assert sku.check_sku(dgd(), [node("p-0", "NVIDIA-H100-PCIe")], ["H100 SXM"]).outcome == "mismatch"
+
+
+def test_a_marketing_name_matches_the_offline_pools_h200_by_its_memory_label() -> None:
+    pool = [node("h200-0", "NVIDIA-H200", memory_mib=143771), node("h200-1", "NVIDIA-H200", memory_mib=143771)]
+    result = sku.check_sku(dgd(), pool, ["H200 141GB"])
+    assert result.outcome == "matches" and not result.warnings
+
+
 def test_pods_that_can_only_land_on_the_expected_type_match() -> None:
     result = sku.check_sku(dgd(), DEFAULT_POOL, ["H200"])
     assert result.outcome == "matches" and not result.blockers and not result.warnings
-    assert result.components["W"] == {"matching": ["h200-0", "h200-1"], "other": [], "unlabelled": []}
+    assert result.components["W"] == {"matching": ["h200-0", "h200-1"], "ambiguous": [], "other": [], "unlabelled": []}
     assert "Frontend" not in result.components  # no GPU: never compared
 
 
