@@ -10,7 +10,7 @@ from pathlib import Path
 CONTRIBUTING = Path(__file__).resolve().parents[2] / "CONTRIBUTING.md"
 PACKAGES = ("model", "access", "judges", "record", "procedure", "reports", "plugins", "fixtures", "offline")
 LEAVES = ("errors", "clock", "yamlio", "constants", "vocab", "cli", "triage_cli")
-POINTER = re.compile(r"`((?:%s)\.[A-Za-z_][\w.]*)`" % "|".join(PACKAGES + LEAVES))
+POINTER = re.compile(r"`((?:" + "|".join(PACKAGES + LEAVES) + r")\.[A-Za-z_][\w.]*)`")
 
 
 def rule_rows() -> list[str]:
