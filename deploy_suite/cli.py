@@ -4,7 +4,8 @@
 the session fixture uses); ``deploy-suite binaries`` builds or reuses the control-plane binaries;
 ``deploy-suite report LEDGER`` re-renders an HTML report from a ledger, ``deploy-suite report EXP_ROOT``
 writes the experiment's page (every iteration on one page); ``deploy-suite triage EVENTS`` triages
-events as step 6 does (docs/triage.md). Errors are one line on
+events as step 6 does (docs/triage.md); ``deploy-suite status EXP_ROOT [--json]`` says where an
+experiment stands and what to do next (docs/status.md). Errors are one line on
 stderr and a non-zero exit.
 """
 
@@ -59,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     triage = sub.add_parser("triage", help="triage events (kubectl get events -o json) as step 6 does",
                             add_help=False)
     triage.add_argument("args", nargs=argparse.REMAINDER)
+    status = sub.add_parser("status", help="each iteration's outcome, the budgets and the next action of an "
+                                           "experiment root (docs/status.md)", add_help=False)
+    status.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -68,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         from deploy_suite import triage_cli  # noqa: PLC0415
 
         return triage_cli.main(argv[1:])
+    if argv[:1] == ["status"]:
+        from deploy_suite import status  # noqa: PLC0415
+
+        return status.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         if args.command == "binaries":
