@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
 
 from deploy_suite.access.kube import DGD, Obj
 from deploy_suite.errors import WaitTimeout
+from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
 from deploy_suite.model.dgd import load_dgd
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
