@@ -33,10 +33,15 @@ test-all: venv binaries chromium lint  ## as `make test`, plus the rest of every
 test-unit: venv  ## only the fast unit tests (no cluster)
 	$(VENV)/bin/pytest tests/unit -q $(PYTEST_ARGS)
 
-lint: venv  ## ruff, mypy and the layering contracts of .importlinter (lint-imports; import circles included)
+# What CONTRIBUTING.md's Rules promise about size and repetition, checked here rather than in review.
+LINT_ROOTS := deploy_suite plugins fixtures
+
+lint: venv  ## ruff, mypy, the layering contracts of .importlinter (lint-imports), the module size cap and no duplicated block
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) scripts/check_module_size.py $(LINT_ROOTS)
+	$(VENV)/bin/pylint --disable=all --enable=duplicate-code $(LINT_ROOTS)
 
 demo: venv binaries  ## bring up the offline cluster and run the sample experiment
 	$(PY) -m deploy_suite.fixtures.demo

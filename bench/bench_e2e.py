@@ -65,10 +65,9 @@ import yaml
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT))
 
-from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment, refresh, stage_candidate  # noqa: E402
-
 from deploy_suite.access.kube import DGD, Kube, Obj  # noqa: E402
 from deploy_suite.errors import Conflict  # noqa: E402
+from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment, refresh, stage_candidate  # noqa: E402
 from deploy_suite.offline.binaries import ensure_binaries  # noqa: E402
 from deploy_suite.offline.cluster import OfflineCluster  # noqa: E402
 

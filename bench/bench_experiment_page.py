@@ -25,7 +25,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deploy_suite.fixtures.experiments.synthetic import write_synthetic_experiment
-
 from deploy_suite.reports import experiment as report_experiment
 from tests.support.browser import open_page
 

@@ -50,11 +50,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings is None:
         return
     run = RunState.create(settings)
-    # The project's own tests turn every warning into an error (pyproject). A deployment's outcome,
-    # though, must be decided by the cluster, not by when the garbage collector happens to finalise
-    # a socket that a dropped API connection left behind (seen after apiserver restarts).
-    config.addinivalue_line("filterwarnings", "ignore::ResourceWarning")
-    config.addinivalue_line("filterwarnings", "ignore::pytest.PytestUnraisableExceptionWarning")
 
     def to_terminal(line: str) -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")

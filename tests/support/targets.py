@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from deploy_suite import yamlio
+from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.fixtures.cluster import HF_SECRET, admin_prerequisites
 from deploy_suite.fixtures.experiments.make_experiment import (
     SAMPLE_ROOT,
@@ -30,9 +32,6 @@ from deploy_suite.fixtures.experiments.make_experiment import (
     refresh,
     set_line,
 )
-
-from deploy_suite import yamlio
-from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.judges import conditions
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import MANIFESTS, OfflineCluster
