@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
 from jsonschema import Draft202012Validator
 
+from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
 from deploy_suite.offline.cluster import OfflineCluster
 from tests import support
 from tests.support import SuiteRun

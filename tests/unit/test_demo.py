@@ -5,10 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+from deploy_suite import clock
 from deploy_suite.fixtures import demo
 from deploy_suite.fixtures.experiments.make_experiment import SAMPLE_ROOT
-
-from deploy_suite import clock
 from deploy_suite.record import budget, experiment
 
 

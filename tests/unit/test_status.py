@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_suite.fixtures.experiments.synthetic import write_synthetic_experiment
 from jsonschema import Draft202012Validator
 
 from deploy_suite import cli, clock
 from deploy_suite import status as status_cli
+from deploy_suite.fixtures.experiments.synthetic import write_synthetic_experiment
 from deploy_suite.record import ledger
 
 SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "status.schema.json"
