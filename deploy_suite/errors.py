@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from deploy_suite.vocab import BlockerClass, FailureCategory, StopCategory
+
 # Response bodies can be large (a whole object); keep what a person needs to read.
 MAX_BODY_CHARS = 2000
 
@@ -65,8 +67,8 @@ class StepBlocked(SuiteError):
     """A prerequisite is missing; the ledger status becomes ``blocked`` (nothing was attempted that
     failed) and every later step is skipped."""
 
-    def __init__(self, cls: str, message: str, fix: str, result: object | None = None) -> None:
-        self.cls = cls
+    def __init__(self, category: BlockerClass, message: str, fix: str, result: object | None = None) -> None:
+        self.category = category
         self.message = message
         self.fix = fix
         self.result = result
@@ -74,11 +76,11 @@ class StepBlocked(SuiteError):
 
 
 class StepFailure(SuiteError):
-    """A step cannot succeed. ``category`` names why (``crash``, ``job-failed``, ...);
+    """A step cannot succeed. ``category`` names why (``crash``, ``job-failed``, ...: ``vocab.StopCategory``);
     ``failed_attempt`` says whether it counts against the failed-deploy budget; ``result`` is the
     step's typed result as far as it got, recorded in the ledger before the step fails."""
 
-    def __init__(self, message: str, category: str = "failed", evidence: Sequence[str] = (),
+    def __init__(self, message: str, category: StopCategory = FailureCategory.FAILED, evidence: Sequence[str] = (),
                  failed_attempt: bool = False, log_excerpt: str = "", result: object | None = None) -> None:
         self.category = category
         self.evidence = list(evidence)
