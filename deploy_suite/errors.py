@@ -16,9 +16,10 @@ that callers and the ledger deal with a handful of meaningful types::
     +-- WaitTimeout                 a bounded wait ran out
     +-- LedgerError                 the ledger could not be written
     |   +-- SecretLeak
-    +-- ClusterError                the offline cluster could not be built or run
     +-- SearchBudgetExhausted       the exact capacity search gave up (internal to capacity)
-    +-- ReconcileError              the offline operator replica rejects a DGD
+
+The offline cluster's own errors (``ClusterError``, ``ReconcileError``) derive from ``SuiteError``
+in ``deploy_suite.offline.errors``: the core never raises or catches them.
 
 ``temporary`` is the one property the wait loop obeys (the idea of kopf's temporary and
 permanent errors): a temporary error is retried with backoff within the wait's deadline, any
@@ -137,16 +138,8 @@ class SecretLeak(LedgerError):
     """Refused to write: a value looks like secret material (the message never repeats it)."""
 
 
-class ClusterError(SuiteError):
-    """The offline cluster could not be built, started, stopped or inspected."""
-
-
 class SearchBudgetExhausted(SuiteError):
     """The exact capacity search ran out of its node-visit budget (never leaves deploy_suite.judges.capacity)."""
-
-
-class ReconcileError(SuiteError):
-    """What the real operator would return from Reconcile (offline replica): reported as state failed."""
 
 
 @dataclass
