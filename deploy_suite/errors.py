@@ -21,9 +21,9 @@ that callers and the ledger deal with a handful of meaningful types::
 The offline cluster's own errors (``ClusterError``, ``ReconcileError``) derive from ``SuiteError``
 in ``deploy_suite.offline.errors``: the core never raises or catches them.
 
-``temporary`` is the one property the wait loop obeys (the idea of kopf's temporary and
-permanent errors): a temporary error is retried with backoff within the wait's deadline, any
-other error stops the wait at once.
+``temporary`` is the one property the wait loop obeys, so that whether to retry is decided where
+the error is understood, not by each caller: a temporary error is retried with backoff within
+the wait's deadline, any other error stops the wait at once.
 """
 
 from __future__ import annotations

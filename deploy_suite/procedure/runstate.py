@@ -9,8 +9,9 @@ missing module is simply ``not_run``, and, because the procedure's order is a sa
 ``RunState`` is what steps receive (through the ``run`` fixture): the frozen settings, the ledger,
 step 1's result and helpers to record evidence, blockers and commands. The pytest plugin
 (``deploy_suite.plugins.ledger``) drives the lifecycle (``begin_step``/``end_step``/
-``skip_step``/``finish``); steps never call those. The idea is e2e-framework's feature context and chainsaw's steps: one
-context passed along, an aborted step skips the rest with a reason.
+``skip_step``/``finish``); steps never call those. One context is passed along, and a stopped
+step skips the rest with a reason, because a later step run after a failed one would act on a
+state nobody checked.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Render a deployment ledger as HTML, so any ledger (also an old one) can be re-rendered.
 
 The pytest-html report of a run puts ``report_html(ledger)`` at its top (``deploy_suite.plugins.report``);
-``deploy-suite report LEDGER`` calls ``main`` to write a standalone page from a ledger alone. Like
-pytest-html, the data model (the ledger dict) is kept apart from the renderer: nothing here reads
-anything but the ledger.
+``deploy-suite report LEDGER`` calls ``main`` to write a standalone page from a ledger alone. The
+data model (the ledger dict) is kept apart from the renderer, so an archived ledger renders as it
+did on the day: nothing here reads anything but the ledger.
 
 What a reviewer sees, in order: the summary that fits one screen (status, DGD, cluster, endpoint,
 served model, blockers with their fix, failed attempts, next action, one line per step), the
