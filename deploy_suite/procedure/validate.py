@@ -212,9 +212,8 @@ class Validator:
             self.report.limitations.append("CRD read forbidden")
             self.ev["crd"] = "forbidden (deferred to dry-run)"
         except NotFound:
-            self.report.block(BlockerClass.CRD,
-                              f"Dynamo CRDs missing: {DGD_CRD} is not installed on {self.kube.context}",
-                              "install the Dynamo platform (operator and CRDs) on the cluster")
+            self.report.block(BlockerClass.CRD, f"Dynamo CRDs missing: {DGD_CRD} is not installed on "
+                              f"{self.kube.context}", "install the Dynamo platform (operator and CRDs) on the cluster")
             self.ev["crd"] = "missing"
 
     def advisory_reads(self) -> None:
@@ -268,9 +267,8 @@ class Validator:
                         f"PersistentVolumeClaim/{name}: storageClassName {current!r} -> {wanted!r}",
                         f"storage class {current!r} {why}; kubernetes.storage_class from user_workload.yaml is used"))
                 else:
-                    self.report.block(BlockerClass.STORAGE_CLASS,
-                                      f"PVC {name} in {kind}.yaml names storage class {current!r}, "
-                                      f"which {'is a placeholder' if placeholder else 'does not exist'}",
+                    self.report.block(BlockerClass.STORAGE_CLASS, f"PVC {name} in {kind}.yaml names storage class "
+                                      f"{current!r}, which {'is a placeholder' if placeholder else 'does not exist'}",
                                       "set kubernetes.storage_class in user_workload.yaml (or pass --storage-class) "
                                       "to a storage class of the target cluster")
             if changed:
@@ -339,10 +337,9 @@ class Validator:
                 self.report.limitations.append(f"secret {name}: metadata read forbidden; existence not verified")
                 continue
             if found[name] == "missing":
-                self.report.block(BlockerClass.SECRET,
-                                  f"secret {name} referenced by the manifests does not exist in namespace "
-                                  f"{self.inp.namespace}", f"create secret {name} in the namespace yourself (the "
-                                  "harness checks secrets by name only and never creates or reads them)")
+                self.report.block(BlockerClass.SECRET, f"secret {name} referenced by the manifests does not exist in "
+                                  f"namespace {self.inp.namespace}", f"create secret {name} in the namespace "
+                                  "yourself (the harness checks secrets by name only and never creates or reads them)")
         self.ev["secrets"] = found
 
     def check_claims(self, docs: dict[str, list[Obj]], dgd: Dgd) -> None:
@@ -371,9 +368,8 @@ class Validator:
                 state[claim] = f"exists ({(pvc.get('status') or {}).get('phase', 'unknown')})"
         for p in dgd.pvcs:
             if p.create and not p.storage_class and self._default_class() is None and self.storage_classes is not None:
-                self.report.block(BlockerClass.STORAGE_CLASS,
-                                  f"spec.pvcs {p.name} is created by the operator without a "
-                                  "storage class and the cluster has no default", "set storageClass on the pvc")
+                self.report.block(BlockerClass.STORAGE_CLASS, f"spec.pvcs {p.name} is created by the operator without "
+                                  "a storage class and the cluster has no default", "set storageClass on the pvc")
         self.ev["pvcs"] = state
 
     def check_images(self, docs: dict[str, list[Obj]]) -> None:
@@ -392,9 +388,8 @@ class Validator:
             return
         unknown = knobs.unknown_knobs(pinned)
         for name in unknown:
-            self.report.block(BlockerClass.PINNED,
-                              f"resources.pinned names knob {name!r}, which has no mapping to DGD fields "
-                              f"(known: {', '.join(sorted(knobs.KNOBS))})",
+            self.report.block(BlockerClass.PINNED, f"resources.pinned names knob {name!r}, which has no mapping to DGD "
+                              f"fields (known: {', '.join(sorted(knobs.KNOBS))})",
                               "add a mapping for this knob to deploy_suite.model.knobs.KNOBS, or remove it from pinned")
         known = [p for p in pinned if p not in unknown]
         if self.inp.baseline_dgd_path is None or not known:
@@ -408,9 +403,8 @@ class Validator:
             same = before.get(knob) == after.get(knob)
             result[knob] = {"baseline": before.get(knob), "candidate": after.get(knob), "same": same}
             if not same:
-                self.report.block(BlockerClass.PINNED,
-                                  f"pinned knob {knob} changed: baseline {before.get(knob)!r}, candidate "
-                                  f"{after.get(knob)!r}", "the candidate must keep every knob listed in "
+                self.report.block(BlockerClass.PINNED, f"pinned knob {knob} changed: baseline {before.get(knob)!r}, "
+                                  f"candidate {after.get(knob)!r}", "the candidate must keep every knob listed in "
                                   "resources.pinned; send it back to the hypothesis challenger")
         self.ev["pinned"] = result
 
@@ -420,10 +414,10 @@ class Validator:
         self.ev["gpu_ceiling"] = {"ceiling": ceiling, "candidate": dgd.total_gpus(),
                                   "other_live": self.inp.other_live_gpus, "total": total}
         if ceiling is not None and total > int(ceiling):
-            self.report.block(BlockerClass.GPU_CEILING,
-                              f"the candidate needs {dgd.total_gpus()} GPUs and this experiment's "
-                              f"other live DGDs hold {self.inp.other_live_gpus}: {total} > resources.gpu_ceiling "
-                              f"{ceiling}", "reduce the candidate's GPU footprint or retire other DGDs first")
+            self.report.block(BlockerClass.GPU_CEILING, f"the candidate needs {dgd.total_gpus()} GPUs and "
+                              f"this experiment's other live DGDs hold {self.inp.other_live_gpus}: {total} > "
+                              f"resources.gpu_ceiling {ceiling}",
+                              "reduce the candidate's GPU footprint or retire other DGDs first")
 
     def check_ownership(self, dgd: Dgd) -> None:
         """The candidate's DGD (step 5 applies over it) and the one step 3 retires: each absent or
@@ -436,9 +430,8 @@ class Validator:
             try:
                 found = ownership.check(self.kube, ns, name)
             except Forbidden:
-                self.report.block(BlockerClass.OWNERSHIP,
-                                  f"DGD {ns}/{name}: get forbidden, so who created it is unknown",
-                                  "grant get on dynamographdeployments in the namespace")
+                self.report.block(BlockerClass.OWNERSHIP, f"DGD {ns}/{name}: get forbidden, so who created it is "
+                                  "unknown", "grant get on dynamographdeployments in the namespace")
                 continue
             seen.append(found.as_dict())
             if found.foreign:
