@@ -129,7 +129,7 @@ def measure(context: str, kubeconfig: str, runs: int) -> dict[str, Any]:
             report = validate(kube, inputs)
             times.append(time.perf_counter() - t0)
             kube.close()
-            outcome = {"blockers": [b.cls for b in report.blockers],
+            outcome = {"blockers": [b.category for b in report.blockers],
                        "capacity": (report.capacity or {}).get("capacity"),
                        "nodes": report.evidence.get("nodes")}
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux

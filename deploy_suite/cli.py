@@ -16,7 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-from deploy_suite.errors import ClusterError, InputError, KubeError
+from deploy_suite.errors import InputError, KubeError
+from deploy_suite.offline.errors import ClusterError
 
 
 def _err(message: str) -> None:

@@ -1,4 +1,5 @@
-"""All time goes through here, so tests can fake the clock (the idea of pytest's ``timing``).
+"""All time goes through here, so tests can fake the clock: a wait of minutes runs in no time and
+the same way every run, and a deadline can be crossed on purpose.
 
 Library code calls the module functions (``now``, ``iso_now``, ``monotonic``, ``sleep``,
 ``wait_event``); they delegate to the installed :class:`Clock`. Unit tests install a

@@ -16,13 +16,14 @@ that callers and the ledger deal with a handful of meaningful types::
     +-- WaitTimeout                 a bounded wait ran out
     +-- LedgerError                 the ledger could not be written
     |   +-- SecretLeak
-    +-- ClusterError                the offline cluster could not be built or run
     +-- SearchBudgetExhausted       the exact capacity search gave up (internal to capacity)
-    +-- ReconcileError              the offline operator replica rejects a DGD
 
-``temporary`` is the one property the wait loop obeys (the idea of kopf's temporary and
-permanent errors): a temporary error is retried with backoff within the wait's deadline, any
-other error stops the wait at once.
+The offline cluster's own errors (``ClusterError``, ``ReconcileError``) derive from ``SuiteError``
+in ``deploy_suite.offline.errors``: the core never raises or catches them.
+
+``temporary`` is the one property the wait loop obeys, so that whether to retry is decided where
+the error is understood, not by each caller: a temporary error is retried with backoff within
+the wait's deadline, any other error stops the wait at once.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from deploy_suite.vocab import BlockerClass, FailureCategory, StopCategory
 
 # Response bodies can be large (a whole object); keep what a person needs to read.
 MAX_BODY_CHARS = 2000
@@ -65,8 +68,8 @@ class StepBlocked(SuiteError):
     """A prerequisite is missing; the ledger status becomes ``blocked`` (nothing was attempted that
     failed) and every later step is skipped."""
 
-    def __init__(self, cls: str, message: str, fix: str, result: object | None = None) -> None:
-        self.cls = cls
+    def __init__(self, category: BlockerClass, message: str, fix: str, result: object | None = None) -> None:
+        self.category = category
         self.message = message
         self.fix = fix
         self.result = result
@@ -74,11 +77,11 @@ class StepBlocked(SuiteError):
 
 
 class StepFailure(SuiteError):
-    """A step cannot succeed. ``category`` names why (``crash``, ``job-failed``, ...);
+    """A step cannot succeed. ``category`` names why (``crash``, ``job-failed``, ...: ``vocab.StopCategory``);
     ``failed_attempt`` says whether it counts against the failed-deploy budget; ``result`` is the
     step's typed result as far as it got, recorded in the ledger before the step fails."""
 
-    def __init__(self, message: str, category: str = "failed", evidence: Sequence[str] = (),
+    def __init__(self, message: str, category: StopCategory = FailureCategory.FAILED, evidence: Sequence[str] = (),
                  failed_attempt: bool = False, log_excerpt: str = "", result: object | None = None) -> None:
         self.category = category
         self.evidence = list(evidence)
@@ -135,16 +138,8 @@ class SecretLeak(LedgerError):
     """Refused to write: a value looks like secret material (the message never repeats it)."""
 
 
-class ClusterError(SuiteError):
-    """The offline cluster could not be built, started, stopped or inspected."""
-
-
 class SearchBudgetExhausted(SuiteError):
     """The exact capacity search ran out of its node-visit budget (never leaves deploy_suite.judges.capacity)."""
-
-
-class ReconcileError(SuiteError):
-    """What the real operator would return from Reconcile (offline replica): reported as state failed."""
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 
 from deploy_suite.errors import InputError
 from deploy_suite.judges import objects as triage_objects
-from deploy_suite.judges import words as triage_words
+from deploy_suite.vocab import Action
 
 # A day of events of a busy namespace is a few MB; a file far larger is not what was meant.
 MAX_INPUT_BYTES = 64 * 1024 * 1024
@@ -92,7 +92,7 @@ def line(finding: triage_objects.Finding) -> str:
 
 def exit_code(findings: Sequence[triage_objects.Finding]) -> int:
     """0 when nothing needs action (all ``wait``, or nothing found), 1 otherwise."""
-    return 0 if all(f.verdict.action == triage_words.WAIT for f in findings) else 1
+    return 0 if all(f.verdict.action == Action.WAIT for f in findings) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

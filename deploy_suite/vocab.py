@@ -1,1 +1,113 @@
-"""The suite's vocabularies (filled by the layout change)."""
+"""The suite's vocabularies: one ``StrEnum`` per idea the ledger, the reports and the code share.
+
+A bare string names an idea in one place and is misspelt in another; a member is checked by mypy
+and by the ledger schema, whose ``enum`` lists are generated from these classes
+(:mod:`deploy_suite.record.schema_gen`). A ``StrEnum`` member equals and serializes to its value,
+so ledgers read the same as when these were strings. A leaf: imports nothing of the package.
+
+One name per idea: what kind of stop a blocker or a failure is, is its ``category`` in code (the
+ledger keeps its field names: ``class`` on a blocker, ``category`` on a failed attempt and a verdict).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    """The ledger's ``status``: the run as a whole (``RunState.status``)."""
+
+    IN_PROGRESS = "in_progress"
+    READY = "ready"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+
+
+class StepOutcome(StrEnum):
+    """The ledger's ``steps[].outcome``."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    SKIPPED = "skipped"
+    NOT_RUN = "not_run"
+
+
+class BlockerClass(StrEnum):
+    """A ``StepBlocked``'s category, the ledger's ``blockers[].class``: which prerequisite is missing."""
+
+    INPUT = "input"
+    NAMESPACE = "namespace"
+    CRD = "crd"
+    STORAGE_CLASS = "storage-class"
+    SECRET = "secret"
+    PVC = "pvc"
+    IMAGE = "image"
+    DRY_RUN = "dry-run"
+    PLATFORM = "platform"  # the cluster is at fault, not the candidate (never a failed attempt)
+    PINNED = "pinned"
+    GPU_CEILING = "gpu-ceiling"
+    GPU_CAPACITY = "gpu-capacity"
+    GPU_SKU = "gpu-sku"
+    OWNERSHIP = "ownership"
+    BUDGET = "budget"
+    SERVED_MODEL = "served-model"
+
+
+class TriageCategory(StrEnum):
+    """What a verdict on a pod or object says is wrong (docs/triage.md); each implies an :class:`Action`."""
+
+    FAILED_DEPLOY = "failed-deploy"
+    CRASH = "crash"
+    CONTENTION = "contention"
+    PROVISIONING = "provisioning"
+    GANG = "gang"
+    PULL_RETRY = "pull-retry"
+    DEPENDENCY = "dependency"
+    PLATFORM = "platform"
+    UNKNOWN = "unknown"
+    # A speaker's newest word says its earlier problem is over (``Scheduled``, ``SuccessfulCreate``).
+    CLEARED = "cleared"
+
+
+class Action(StrEnum):
+    """What a triage category asks of a person (``deploy-suite triage`` prints it)."""
+
+    WAIT = "wait"
+    FAILED_ATTEMPT = "failed-attempt"
+    FIX_DEPENDENCY = "fix-dependency"
+    UNKNOWN = "unknown"
+
+
+class FailureCategory(StrEnum):
+    """A ``StepFailure``'s category when no triage verdict names it (a verdict's own category,
+    a :class:`TriageCategory`, is used as it is)."""
+
+    FAILED = "failed"
+    JOB_FAILED = "job-failed"
+    JOB_TIMEOUT = "job-timeout"
+    RECONCILE_ERROR = "reconcile-error"
+    TIMEOUT = "timeout"
+    NO_PROGRESS = "no-progress"
+    API_ERROR = "api-error"
+    MISSING_FRONTEND_SERVICE = "missing-frontend-service"
+    SMOKE = "smoke"
+
+
+# What a StepFailure's ``category`` holds: its own failure category or the verdict that stopped it.
+StopCategory = FailureCategory | TriageCategory
+
+
+class TeardownPolicy(StrEnum):
+    """The ledger's ``teardown.policy``: what step 6 does to a failed DGD."""
+
+    TEARDOWN_FINAL_FAILURES = "teardown-final-failures"
+    KEEP_ON_FAILURE = "keep-on-failure"
+
+
+class TeardownAction(StrEnum):
+    """The ledger's ``teardown.action``: what step 6 did."""
+
+    DELETED = "deleted"
+    KEPT = "kept"
+    DELETE_FAILED = "delete-failed"

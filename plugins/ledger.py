@@ -31,6 +31,7 @@ from pytest_html import extras
 from deploy_suite import clock
 from deploy_suite.errors import InputError, LedgerError, StepBlocked, StepFailure, cut
 from deploy_suite.procedure.runstate import STEP_NAMES, RunState, step_for_module
+from deploy_suite.vocab import StepOutcome
 
 from .keys import LEDGER_ERROR_KEY, RUN_KEY, SETTINGS_KEY, STEP_KEY
 
@@ -121,11 +122,11 @@ class LedgerPlugin:
         if name is None:
             return
         if report.skipped:
-            self._guarded(self.run.end_step, name, "skipped", _skip_reason(report))
+            self._guarded(self.run.end_step, name, StepOutcome.SKIPPED, _skip_reason(report))
         elif report.failed:
             self._judge_failure(name, call, report)
         elif report.when == "call":
-            self._guarded(self.run.end_step, name, "passed")
+            self._guarded(self.run.end_step, name, StepOutcome.PASSED)
         else:
             return
         entry = self.run.ledger.step(name)
@@ -146,13 +147,13 @@ class LedgerPlugin:
             # blockers) is recorded as if it had passed: reviewers need the evidence most then.
             self._guarded(self.run.record, partial)
         if isinstance(error, StepBlocked):
-            self.run.ledger.add_blocker(name, error.cls, error.message, error.fix)
+            self.run.ledger.add_blocker(name, error.category, error.message, error.fix)
         if isinstance(error, InputError | StepBlocked):
             if isinstance(error, InputError):
                 self._guarded(self.run.refuse_input, name, error)
             # Bad input and missing prerequisites are one line for a person, not a traceback.
             report.longrepr = str(error)
-            self._guarded(self.run.end_step, name, "blocked", str(error))
+            self._guarded(self.run.end_step, name, StepOutcome.BLOCKED, str(error))
             return
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         summary = f"{type(error).__name__}: {cut(first_line, 300)}" if error is not None else f"{report.when} failed"
@@ -161,7 +162,7 @@ class LedgerPlugin:
             # one line for a person; a traceback would only show our own frames.
             report.longrepr = summary
         self.run.ledger.add_diagnostic({"step": name, "at": clock.iso_now(), "phase": report.when, "error": summary})
-        self._guarded(self.run.end_step, name, "failed", summary)
+        self._guarded(self.run.end_step, name, StepOutcome.FAILED, summary)
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         name = self._step_by_nodeid.get(nodeid)

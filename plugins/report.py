@@ -29,6 +29,7 @@ from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import ledger as ledger_mod
 from deploy_suite.reports import experiment as report_experiment
 from deploy_suite.reports import iteration as renderer
+from deploy_suite.vocab import RunStatus, StepOutcome
 
 from .keys import LEDGER_ERROR_KEY, REPORT_PATHS_KEY, RUN_KEY, STEP_KEY
 
@@ -114,7 +115,8 @@ class ReportPlugin:
             # The ledger (inner wrapper) kept the full reason; the HTML row and JUnit only name the
             # step that stopped the run, whose reason the summary at the top shows once.
             where, line, message = report.longrepr
-            short = renderer.step_reason({"outcome": "skipped", "reason": str(message).removeprefix("Skipped: ")})
+            short = renderer.step_reason({"outcome": StepOutcome.SKIPPED,
+                                          "reason": str(message).removeprefix("Skipped: ")})
             report.longrepr = (where, line, f"Skipped: {short}")
         # The same phases at which the ledger plugin ends a step and attaches its JSON evidence.
         if name is None or not (report.skipped or report.failed or report.when == "call"):
@@ -130,7 +132,7 @@ class ReportPlugin:
         base = self.config.invocation_params.dir
         status = data["status"]
         tr.write_sep("=", "dynamo-deploy-suite")
-        colour = {"ready": {"green": True}, "in_progress": {"yellow": True}}.get(status, {"red": True})
+        colour = {RunStatus.READY: {"green": True}, RunStatus.IN_PROGRESS: {"yellow": True}}.get(status, {"red": True})
         tr.write_line(f"{self.run.settings.deploy_id}: {status} (current step: {data['current_step']})",
                       bold=True, **colour)
         for step in data["steps"]:
@@ -138,7 +140,7 @@ class ReportPlugin:
             # The reason itself is the blocker line below: skipped rows only name the step that
             # stopped the run ("blocked by <step>"), so the error is said once, not once per step.
             reason = renderer.step_reason(step)
-            extra = f"  {reason}" if reason and step["outcome"] == "skipped" else ""
+            extra = f"  {reason}" if reason and step["outcome"] == StepOutcome.SKIPPED else ""
             tr.write_line(f"  {step['name']:<25} {step['outcome']:<8} {took:>8}{extra}".rstrip())
         for blocker in data["blockers"]:
             tr.write_line(f"blocked: {blocker['message']}; fix: {blocker['fix']}", red=True)

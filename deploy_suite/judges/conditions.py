@@ -23,6 +23,7 @@ from deploy_suite.errors import StepBlocked, StepFailure
 from deploy_suite.judges import objects as triage_objects
 from deploy_suite.judges import operator_status, triage
 from deploy_suite.model.scheduling import pod_gpu_total
+from deploy_suite.vocab import Action, BlockerClass, FailureCategory, TriageCategory
 
 # kube-scheduler's VolumeBinding filter: `persistentvolumeclaim "model-cache" not found`.
 Verdict = triage.Verdict  # the dataclass below has a field named triage
@@ -90,7 +91,7 @@ class PendingTriage:
         # A new verdict, or a wait whose recorded next check has come: read the events again (the
         # scheduler rewrites the condition only when its reason changes).
         verdict = triage.triage_pending(pod, self.kube.events_for(name, self.namespace), self.nodes, self.recheck_s)
-        if verdict is not None and verdict.category == triage.DEPENDENCY and self._stale_claim(verdict):
+        if verdict is not None and verdict.category == TriageCategory.DEPENDENCY and self._stale_claim(verdict):
             # The scheduler judged from a cache that had not seen the claim yet (it exists now); it
             # retries on the claim's add event. Not recorded as seen: the next pod update re-judges.
             return None
@@ -113,7 +114,7 @@ class PendingTriage:
         waiting message does not say why (``Back-off pulling image "x"``) is judged again with the
         pod's pull-failure events, which carry the registry's answer."""
         verdict = triage.triage_containers(pod)
-        if verdict is None or verdict.category != triage.PULL_RETRY:
+        if verdict is None or verdict.category != TriageCategory.PULL_RETRY:
             return verdict
         name = pod["metadata"]["name"]
         stamp = " ".join(verdict.evidence)
@@ -132,14 +133,14 @@ def stop(verdict: triage.Verdict) -> NoReturn:
     failure, a failed attempt when the manifest can never run as written (its action)."""
     blocked_by_platform(verdict)
     raise StepFailure(verdict.diagnosis, verdict.category, verdict.evidence,
-                      failed_attempt=verdict.action == triage.FAILED_ATTEMPT)
+                      failed_attempt=verdict.action == Action.FAILED_ATTEMPT)
 
 
 def blocked_by_platform(verdict: triage.Verdict) -> None:
     """A platform fault (webhook, device plugin, GPU runtime) blocks the step: it is not the
     candidate's failure, so it is never a failed run charged to its budget (README.md, step 6)."""
-    if verdict.category == triage.PLATFORM:
-        raise StepBlocked("platform", f"{verdict.diagnosis}; evidence: {' | '.join(verdict.evidence)}",
+    if verdict.category == TriageCategory.PLATFORM:
+        raise StepBlocked(BlockerClass.PLATFORM, f"{verdict.diagnosis}; evidence: {' | '.join(verdict.evidence)}",
                           "fix the cluster's platform component named here, then rerun")
 
 
@@ -200,7 +201,7 @@ class JobComplete:
         true = [str(c["type"]) for c in (obj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
         joined = " ".join(true)
         if "Failed" in joined:
-            raise StepFailure(f"{self.kind} job {self.job} failed (conditions: {joined})", "job-failed",
+            raise StepFailure(f"{self.kind} job {self.job} failed (conditions: {joined})", FailureCategory.JOB_FAILED,
                               [f"job/{self.job}: {joined}"])
         for pod in seen["pods"].values():
             verdict = self.triage.verdict(pod)
@@ -340,14 +341,15 @@ class DgdReady:
         entry.update(message=text, outcome="permanent" if permanent else "persisted", seconds=round(lasted, 3))
         why = (f"a known-permanent reconcile error ({permanent})" if permanent else
                f"the reconcile error persisted for {lasted:.0f}s (grace {self.failed_grace_s:.0f}s)")
-        if permanent == "platform":
-            raise StepBlocked("platform", f"the operator cannot run dgd/{self.name} on this cluster: {text} ({why})",
+        if permanent == TriageCategory.PLATFORM:
+            raise StepBlocked(BlockerClass.PLATFORM,
+                              f"the operator cannot run dgd/{self.name} on this cluster: {text} ({why})",
                               "install what the operator names (for multinode: Grove, or LWS with Volcano) or "
                               "choose a candidate this cluster can run")
         reason = operator_status.ready_condition(st).get("reason")
-        raise StepFailure(f"DGD reconciliation error: {text} ({why})", permanent or "reconcile-error",
+        raise StepFailure(f"DGD reconciliation error: {text} ({why})", permanent or FailureCategory.RECONCILE_ERROR,
                           [f"dgd/{self.name} status: failed {reason}: {text}"],
-                          failed_attempt=permanent == triage.FAILED_DEPLOY)
+                          failed_attempt=permanent == TriageCategory.FAILED_DEPLOY)
 
     def _is_child(self, kind: str, name: str) -> bool:
         """Is ``kind``/``name`` one of this DGD's children, by the names the operator gives them:

@@ -16,6 +16,7 @@ from typing import Any
 
 from deploy_suite.judges import triage, words
 from deploy_suite.judges.triage import Obj, Verdict
+from deploy_suite.vocab import TriageCategory
 
 # Conditions that say something is wrong when False, and those that say so when True.
 _BAD_WHEN_FALSE = frozenset({"Available", "Ready", "QuotaReserved", "Admitted"})
@@ -109,14 +110,15 @@ def _condition_verdicts(subject: str, kind: str, obj: Obj, recheck_s: float) -> 
         if said is None and kind_ == "Failed":
             # A failed Job says only that it failed (reason BackoffLimitExceeded, older messages misspelt):
             # why is in its pods' logs.
-            said = words.Words(words.UNKNOWN, words.CREATE, f"it failed ({reason}): its pods' logs say why")
-        if said is not None and said.category != words.CLEARED:
+            said = words.Words(TriageCategory.UNKNOWN, words.CREATE, f"it failed ({reason}): its pods' logs say why")
+        if said is not None and said.category != TriageCategory.CLEARED:
             found.append(triage.from_words(subject, f"{kind_}={cond.get('status')} {reason}", message, said, recheck_s))
     spec = obj.get("spec")
     if kind == "DynamoGraphDeployment" and isinstance(spec, Mapping) and not (spec.get("services") or
                                                                               spec.get("components")):
         # Zero components are trivially all ready: the operator reports Ready for an empty DGD.
-        found.append(Verdict(words.FAILED_DEPLOY, f"{subject} declares no components: nothing is deployed, whatever "
+        found.append(Verdict(TriageCategory.FAILED_DEPLOY,
+                             f"{subject} declares no components: nothing is deployed, whatever "
                              "its Ready condition says", [f"{subject}: spec has no services/components"],
                              decisive=True))
     return found

@@ -24,19 +24,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from deploy_suite.clock import parse_iso
+from deploy_suite.vocab import TriageCategory
 
 Obj = Mapping[str, Any]
 
 # Reconcile errors that no later reconcile can clear, by what fixes them (docs/operator-generations.md).
 # ``platform``: the cluster lacks what the candidate needs; ``dependency``: an object to create;
 # ``failed-deploy``: the API server refuses what the manifest makes the operator write.
-PERMANENT_ERRORS: tuple[tuple[re.Pattern[str], str], ...] = (
+PERMANENT_ERRORS: tuple[tuple[re.Pattern[str], TriageCategory], ...] = (
     # The API server's field errors: "<kind> "x" is invalid: <field path>: Invalid value|Required value|...".
-    (re.compile(r"\bis invalid: [\w.\[\]/-]+: ", re.I), "failed-deploy"),
-    (re.compile(r"no[ _]multinode[ _]orchestrator[ _]available", re.I), "platform"),
-    (re.compile(r"kai-scheduler queue validation failed", re.I), "dependency"),
-    (re.compile(r"failed to reconcile top-level PVCs", re.I), "dependency"),
-    (re.compile(r"PVC \"[^\"]+\" does not exist and create is not enabled", re.I), "dependency"),
+    (re.compile(r"\bis invalid: [\w.\[\]/-]+: ", re.I), TriageCategory.FAILED_DEPLOY),
+    (re.compile(r"no[ _]multinode[ _]orchestrator[ _]available", re.I), TriageCategory.PLATFORM),
+    (re.compile(r"kai-scheduler queue validation failed", re.I), TriageCategory.DEPENDENCY),
+    (re.compile(r"failed to reconcile top-level PVCs", re.I), TriageCategory.DEPENDENCY),
+    (re.compile(r"PVC \"[^\"]+\" does not exist and create is not enabled", re.I), TriageCategory.DEPENDENCY),
 )
 # Reconcile errors the operator retries by itself (optimistic-concurrency conflicts).
 TRANSIENT_ERRORS = re.compile(
@@ -54,7 +55,7 @@ def error_text(status: Obj) -> str:
     return str(cond.get("message") or cond.get("reason") or status.get("message") or "no message")
 
 
-def permanent_error(text: str) -> str | None:
+def permanent_error(text: str) -> TriageCategory | None:
     """The category of a reconcile error no later reconcile clears (None: it may be transient)."""
     return next((category for pattern, category in PERMANENT_ERRORS if pattern.search(text)), None)
 

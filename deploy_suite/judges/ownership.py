@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from deploy_suite.access.kube import DGD, Kube, Obj
 from deploy_suite.errors import StepBlocked
+from deploy_suite.vocab import BlockerClass
 
 PREFIX = "deploy-suite/"
 
@@ -55,7 +56,8 @@ class Ownership:
 
     def blocked(self, what: str) -> StepBlocked:
         """The one line that stops a run before it touches a DGD that is not its own."""
-        return StepBlocked("ownership", f"DynamoGraphDeployment {self.namespace}/{self.name} exists and was not "
+        return StepBlocked(BlockerClass.OWNERSHIP,
+                           f"DynamoGraphDeployment {self.namespace}/{self.name} exists and was not "
                            f"created by this experiment (field managers: {', '.join(self.managers) or 'none'}); "
                            f"{what}", FIX)
 

@@ -33,28 +33,16 @@ from typing import Any
 
 from deploy_suite.constants import GPU_RESOURCE
 from deploy_suite.judges import words
-from deploy_suite.judges.words import ACTIONS as ACTIONS
-from deploy_suite.judges.words import CONTENTION as CONTENTION
-from deploy_suite.judges.words import CRASH as CRASH
-from deploy_suite.judges.words import DEPENDENCY as DEPENDENCY
-from deploy_suite.judges.words import FAILED_ATTEMPT as FAILED_ATTEMPT
-from deploy_suite.judges.words import FAILED_DEPLOY as FAILED_DEPLOY
-from deploy_suite.judges.words import FIX_DEPENDENCY as FIX_DEPENDENCY
-from deploy_suite.judges.words import GANG as GANG
-from deploy_suite.judges.words import PLATFORM as PLATFORM
-from deploy_suite.judges.words import PROVISIONING as PROVISIONING
-from deploy_suite.judges.words import PULL_RETRY as PULL_RETRY
-from deploy_suite.judges.words import UNKNOWN as UNKNOWN
-from deploy_suite.judges.words import WAIT as WAIT
-from deploy_suite.judges.words import Words
+from deploy_suite.judges.words import ACTIONS, Words
 from deploy_suite.model.scheduling import Taint, Toleration, pod_gpus, pod_request, quantity
+from deploy_suite.vocab import Action, TriageCategory
 
 Obj = Mapping[str, Any]
 
 
 @dataclass
 class Verdict:
-    category: str
+    category: TriageCategory
     diagnosis: str
     evidence: list[str] = field(default_factory=list)
     can_wait: bool = False
@@ -63,7 +51,7 @@ class Verdict:
     decisive: bool = False
 
     @property
-    def action(self) -> str:
+    def action(self) -> Action:
         """``wait``, ``failed-attempt``, ``fix-dependency`` or ``unknown`` (``ACTIONS``)."""
         return ACTIONS[self.category]
 
@@ -74,23 +62,25 @@ class Verdict:
 
 # What each category asks of a person, for verdicts built from one speaker's words.
 _HINTS = {
-    FAILED_DEPLOY: "it can never run as written (a failed attempt)",
-    CRASH: "it can never run as written (a failed attempt)",
-    CONTENTION: "waiting can help", PROVISIONING: "waiting can help", GANG: "waiting can help",
-    PULL_RETRY: "waiting can help",
-    DEPENDENCY: "fix the dependency, then rerun",
-    PLATFORM: "a platform fault, not the candidate's: fix the cluster, then rerun",
-    UNKNOWN: "not classified: read the evidence",
+    TriageCategory.FAILED_DEPLOY: "it can never run as written (a failed attempt)",
+    TriageCategory.CRASH: "it can never run as written (a failed attempt)",
+    TriageCategory.CONTENTION: "waiting can help", TriageCategory.PROVISIONING: "waiting can help",
+    TriageCategory.GANG: "waiting can help",
+    TriageCategory.PULL_RETRY: "waiting can help",
+    TriageCategory.DEPENDENCY: "fix the dependency, then rerun",
+    TriageCategory.PLATFORM: "a platform fault, not the candidate's: fix the cluster, then rerun",
+    TriageCategory.UNKNOWN: "not classified: read the evidence",
 }
 # Which verdict of several speakers decides: something final or to fix beats waiting, and waiting
 # beats a placement refusal about existing nodes (a new node or freed capacity may still come).
-_RANK = {DEPENDENCY: 1, PLATFORM: 2, PROVISIONING: 3, CONTENTION: 4, GANG: 5, PULL_RETRY: 6,
-         FAILED_DEPLOY: 7, CRASH: 7, UNKNOWN: 8}
+_RANK = {TriageCategory.DEPENDENCY: 1, TriageCategory.PLATFORM: 2, TriageCategory.PROVISIONING: 3,
+         TriageCategory.CONTENTION: 4, TriageCategory.GANG: 5, TriageCategory.PULL_RETRY: 6,
+         TriageCategory.FAILED_DEPLOY: 7, TriageCategory.CRASH: 7, TriageCategory.UNKNOWN: 8}
 
 
 def from_words(subject: str, reason: str, message: str, said: Words, recheck_s: float = 30.0) -> Verdict:
     """A verdict on ``subject`` (``pod x``, ``ReplicaSet/y``) from one speaker's judged words."""
-    waits = ACTIONS[said.category] == WAIT or said.category == UNKNOWN
+    waits = ACTIONS[said.category] == Action.WAIT or said.category == TriageCategory.UNKNOWN
     line = " ".join(message.split())
     return Verdict(said.category, f"{subject}: {said.why}: {_HINTS[said.category]}; {line}",
                    [f"{subject}: {reason}: {message}"], can_wait=waits,
@@ -131,7 +121,8 @@ def heard(events: Sequence[Obj]) -> list[tuple[Obj, Words]]:
         when = event_time(event)
         if key not in newest or (when, order) >= newest[key][:2]:
             newest[key] = (when, order, event, said)
-    return [(e, w) for _, _, e, w in sorted(newest.values(), key=lambda t: t[:2]) if w.category != words.CLEARED]
+    return [(e, w) for _, _, e, w in sorted(newest.values(), key=lambda t: t[:2])
+            if w.category != TriageCategory.CLEARED]
 
 
 def _pod_gpus(pod: Obj) -> int:
@@ -187,7 +178,8 @@ def _short_of_gpus(pod: Obj, name: str, nodes: Sequence[Obj], evidence: list[str
         return None
     if all(_allocatable_gpus(n) == 0 for n in nodes):
         labelled = _node_names(n for n in nodes if _gpu_labelled(n))
-        return Verdict(PLATFORM, f"pod {name} asks {gpus} GPUs but no node advertises {GPU_RESOURCE} (allocatable 0 "
+        return Verdict(TriageCategory.PLATFORM,
+                       f"pod {name} asks {gpus} GPUs but no node advertises {GPU_RESOURCE} (allocatable 0 "
                        f"on all {len(nodes)} nodes{'; GPU nodes by their labels: ' + labelled if labelled else ''}"
                        "): the GPU device plugin is absent or not running, a platform fault", evidence)
     eligible = [n for n in nodes if _selector_fits(pod, n) and not untolerated_taints(pod, [n])]
@@ -196,9 +188,10 @@ def _short_of_gpus(pod: Obj, name: str, nodes: Sequence[Obj], evidence: list[str
         return None
     dead = [n for n in eligible if _gpu_labelled(n) and _allocatable_gpus(n) == 0]
     if dead:
-        return Verdict(PLATFORM, f"pod {name} asks {gpus} GPUs; the eligible GPU nodes {_node_names(dead)} advertise "
+        return Verdict(TriageCategory.PLATFORM,
+                       f"pod {name} asks {gpus} GPUs; the eligible GPU nodes {_node_names(dead)} advertise "
                        f"no allocatable {GPU_RESOURCE}: their device plugin is not running, a platform fault", evidence)
-    return Verdict(FAILED_DEPLOY, f"pod {name} asks {gpus} GPUs but no eligible node has more than "
+    return Verdict(TriageCategory.FAILED_DEPLOY, f"pod {name} asks {gpus} GPUs but no eligible node has more than "
                    f"{biggest} allocatable: it can never schedule as written", evidence, decisive=True)
 
 
@@ -212,7 +205,8 @@ def _beyond_every_node(pod: Obj, name: str, resources: Iterable[str], nodes: Seq
         biggest = max((quantity(((n.get("status") or {}).get("allocatable") or {}).get(resource, 0)) or 0.0
                        for n in eligible), default=0.0)
         if eligible and asked > biggest:
-            return Verdict(FAILED_DEPLOY, f"pod {name} requests {asked:g} {resource} but no eligible node has more "
+            return Verdict(TriageCategory.FAILED_DEPLOY,
+                           f"pod {name} requests {asked:g} {resource} but no eligible node has more "
                            f"than {biggest:g} allocatable: it can never schedule as written", evidence, decisive=True)
     return None
 
@@ -224,30 +218,34 @@ def _scheduler_verdict(pod: Obj, name: str, reason: str, message: str, said: Wor
         return from_words(f"pod {name}", reason, message, said, recheck_s)
     head = words.scheduler_head(message)
     evidence = [f"pod {name}: {reason}: {message}"]
-    if said.category == DEPENDENCY:
-        return Verdict(DEPENDENCY, f"pod {name} waits on a dependency (volume claim, quota or admission): {head}",
+    if said.category == TriageCategory.DEPENDENCY:
+        return Verdict(TriageCategory.DEPENDENCY,
+                       f"pod {name} waits on a dependency (volume claim, quota or admission): {head}",
                        evidence)
-    if said.category == CONTENTION:
+    if said.category == TriageCategory.CONTENTION:
         if nodes is not None:
             # "Insufficient" also covers a request no node could ever hold: 9 GPUs on 8-GPU nodes.
             judged = (_short_of_gpus(pod, name, nodes, evidence) if GPU_RESOURCE in said.capacity else None) or \
                 _beyond_every_node(pod, name, said.capacity, nodes, evidence)
             if judged is not None:
                 return judged
-        return Verdict(CONTENTION, f"pod {name} is waiting for capacity ({', '.join(sorted(said.capacity))}) on "
+        return Verdict(TriageCategory.CONTENTION,
+                       f"pod {name} is waiting for capacity ({', '.join(sorted(said.capacity))}) on "
                        f"otherwise-eligible nodes; next check in {recheck_s:.0f}s", evidence, can_wait=True,
                        next_check_s=recheck_s)
-    if said.category == FAILED_DEPLOY:
+    if said.category == TriageCategory.FAILED_DEPLOY:
         detail = ""
         if nodes is not None and "taint" in said.why:
             named = untolerated_taints(pod, nodes)
             if named:
                 detail = "; untolerated: " + "; ".join(f"{t} on {', '.join(ns)}" for t, ns in sorted(named.items()))
                 evidence.append("untolerated taints (from node specs): " + detail.removeprefix("; untolerated: "))
-        return Verdict(FAILED_DEPLOY, f"pod {name} can never schedule as written ({said.why}){detail}", evidence,
+        return Verdict(TriageCategory.FAILED_DEPLOY,
+                       f"pod {name} can never schedule as written ({said.why}){detail}", evidence,
                        decisive=said.decisive)
-    if said.category == UNKNOWN:
-        return Verdict(UNKNOWN, f"pod {name} is unschedulable for a reason not classified: {head}", evidence,
+    if said.category == TriageCategory.UNKNOWN:
+        return Verdict(TriageCategory.UNKNOWN,
+                       f"pod {name} is unschedulable for a reason not classified: {head}", evidence,
                        can_wait=True, next_check_s=recheck_s)
     return from_words(f"pod {name}", reason, message, said, recheck_s)
 
@@ -271,7 +269,7 @@ def triage_pending(pod: Obj, events: Sequence[Obj], nodes: Sequence[Obj] | None 
                      if c.get("type") == "PodScheduled" and c.get("status") == "False"), None)
         judged = words.judge(str(cond.get("reason") or "Unschedulable"), str(cond.get("message") or "")) \
             if cond is not None and (cond.get("message") or cond.get("reason") == "SchedulingGated") else None
-        if cond is not None and judged is not None and judged.category != words.CLEARED:
+        if cond is not None and judged is not None and judged.category != TriageCategory.CLEARED:
             said.append(({"reason": "FailedScheduling" if judged.speaker == words.SCHEDULER else cond.get("reason"),
                           "message": cond.get("message") or cond.get("reason")}, judged))
     return combine(_scheduler_verdict(pod, name, str(e.get("reason")), str(e.get("message") or ""), w, nodes,
@@ -305,12 +303,15 @@ def _pull_verdict(container: str, reason: str, message: str, causes: Sequence[st
     text = " ".join([message, *causes])
     evidence = [f"{container} waiting: {reason}: {message}".rstrip(": "), *[f"{container} event: {c}" for c in causes]]
     if _PULL_AUTH.search(text):
-        return Verdict(DEPENDENCY, f"{container}: {reason}: the registry refused the pull (authorization): fix the "
+        return Verdict(TriageCategory.DEPENDENCY,
+                       f"{container}: {reason}: the registry refused the pull (authorization): fix the "
                        f"pull secret (imagePullSecrets) or the registry access; {message}", evidence)
     if _PULL_MISSING.search(text):
-        return Verdict(CRASH, f"{container}: {reason}: the image does not exist (manifest unknown / not found): "
+        return Verdict(TriageCategory.CRASH,
+                       f"{container}: {reason}: the image does not exist (manifest unknown / not found): "
                        f"{message}", evidence, decisive=True)
-    return Verdict(PULL_RETRY, f"{container}: {reason}, cause not final (registry or network): the kubelet retries "
+    return Verdict(TriageCategory.PULL_RETRY,
+                   f"{container}: {reason}, cause not final (registry or network): the kubelet retries "
                    f"the pull; {message}", evidence, can_wait=True)
 
 
@@ -343,21 +344,25 @@ def triage_containers(pod: Obj, pull_causes: Sequence[str] = ()) -> Verdict | No
         evidence = [f"{container} waiting: {reason}" + (f" ({ended})" if ended else "")]
         runtime = f"{message} {((cs.get('lastState') or {}).get('terminated') or {}).get('message') or ''}"
         if reason in {"CrashLoopBackOff", *_FINAL_REASONS} and words.is_platform(runtime):
-            return Verdict(PLATFORM, f"{container}: {reason}: the node's GPU container runtime fails before the "
+            return Verdict(TriageCategory.PLATFORM,
+                           f"{container}: {reason}: the node's GPU container runtime fails before the "
                            f"process starts (a platform fault, not the candidate's): {' '.join(runtime.split())}",
                            [*evidence, f"{container}: {' '.join(runtime.split())}"])
         if reason == "CrashLoopBackOff":
             if restarts < CRASH_LOOP_RESTARTS:
                 continue
-            return Verdict(CRASH, f"{container}: CrashLoopBackOff{': ' + message if message else ''}{detail}", evidence,
+            return Verdict(TriageCategory.CRASH,
+                           f"{container}: CrashLoopBackOff{': ' + message if message else ''}{detail}", evidence,
                            decisive=True)
         if reason in IMAGE_PULL_REASONS:
             return _pull_verdict(container, reason, message, pull_causes)
         if reason == "CreateContainerConfigError":
-            return Verdict(DEPENDENCY, f"{container}: CreateContainerConfigError: {message or 'container config'}: "
+            return Verdict(TriageCategory.DEPENDENCY,
+                           f"{container}: CreateContainerConfigError: {message or 'container config'}: "
                            "fix the referenced Secret/ConfigMap (a dependency, not the candidate's fault)", evidence)
         if reason in _FINAL_REASONS:
-            return Verdict(CRASH, f"{container}: {reason}{': ' + message if message else ''}{detail}", evidence,
+            return Verdict(TriageCategory.CRASH,
+                           f"{container}: {reason}{': ' + message if message else ''}{detail}", evidence,
                            decisive=True)
     return None
 

@@ -27,29 +27,16 @@ from dataclasses import dataclass
 
 from deploy_suite.constants import WEBHOOK_UNREACHABLE
 from deploy_suite.judges import operator_status
+from deploy_suite.vocab import Action, TriageCategory
 
-FAILED_DEPLOY = "failed-deploy"
-CONTENTION = "contention"
-DEPENDENCY = "dependency"
-CRASH = "crash"
-UNKNOWN = "unknown"
-PULL_RETRY = "pull-retry"
-PLATFORM = "platform"
-GANG = "gang"
-PROVISIONING = "provisioning"
-# The speaker's newest word says its earlier problem is over (``Scheduled``, ``SuccessfulCreate``).
-CLEARED = "cleared"
-
-WAIT = "wait"
-FAILED_ATTEMPT = "failed-attempt"
-FIX_DEPENDENCY = "fix-dependency"
-ACTIONS: dict[str, str] = {
-    FAILED_DEPLOY: FAILED_ATTEMPT, CRASH: FAILED_ATTEMPT,
-    CONTENTION: WAIT, PROVISIONING: WAIT, GANG: WAIT, PULL_RETRY: WAIT,
-    DEPENDENCY: FIX_DEPENDENCY,
+ACTIONS: dict[TriageCategory, Action] = {
+    TriageCategory.FAILED_DEPLOY: Action.FAILED_ATTEMPT, TriageCategory.CRASH: Action.FAILED_ATTEMPT,
+    TriageCategory.CONTENTION: Action.WAIT, TriageCategory.PROVISIONING: Action.WAIT, TriageCategory.GANG: Action.WAIT,
+    TriageCategory.PULL_RETRY: Action.WAIT,
+    TriageCategory.DEPENDENCY: Action.FIX_DEPENDENCY,
     # A platform fault is a dependency of every candidate: someone fixes the cluster, then reruns.
-    PLATFORM: FIX_DEPENDENCY,
-    UNKNOWN: UNKNOWN,
+    TriageCategory.PLATFORM: Action.FIX_DEPENDENCY,
+    TriageCategory.UNKNOWN: Action.UNKNOWN,
 }
 
 # Speakers. Each judges a different thing, so a verdict combines the newest word of each.
@@ -69,7 +56,7 @@ class Words:
     named short, for the oversize check) and ``decisive`` (final whatever others say: a request
     larger than any node, an invalid template)."""
 
-    category: str
+    category: TriageCategory
     speaker: str
     why: str
     capacity: tuple[str, ...] = ()
@@ -135,52 +122,53 @@ def judge_scheduler(message: str, speaker: str = SCHEDULER) -> Words:
     low = head.lower()
     if "maxnodepoolresources" in low or re.search(r"no node in the .*node-pool has", low):
         # KAI: the request exceeds what any node of the pool has at all.
-        return Words(FAILED_DEPLOY, speaker, "no node in the pool has the resources requested", decisive=True)
+        return Words(TriageCategory.FAILED_DEPLOY,
+                     speaker, "no node in the pool has the resources requested", decisive=True)
     if any(g in low for g in ("tasks in gang unschedulable", "are required for gang scheduling",
                               "pod group is not ready")):
         inner = re.split(r"origin reason is [^:]*:|cannot be scheduled due to:", head, flags=re.IGNORECASE)
         if len(inner) > 1:
             return judge_scheduler(inner[-1], GANG_SCHEDULER)
-        return Words(GANG, GANG_SCHEDULER, "the pod group waits for its gang (minAvailable not yet met)")
+        return Words(TriageCategory.GANG, GANG_SCHEDULER, "the pod group waits for its gang (minAvailable not yet met)")
     dependency = [d for d in _SCHED_DEPENDENCY if d in low]
     if dependency:
-        return Words(DEPENDENCY, speaker, ", ".join(dependency))
+        return Words(TriageCategory.DEPENDENCY, speaker, ", ".join(dependency))
     short = _shortages(head)
     if short:
-        return Words(CONTENTION, speaker, "short of " + ", ".join(short), capacity=short)
+        return Words(TriageCategory.CONTENTION, speaker, "short of " + ", ".join(short), capacity=short)
     storage = [d for d in _SCHED_STORAGE if d in low]
     if storage:
-        return Words(DEPENDENCY, speaker, ", ".join(storage))
+        return Words(TriageCategory.DEPENDENCY, speaker, ", ".join(storage))
     platform = [p for p in _SCHED_PLATFORM if p in low]
     if platform:
-        return Words(PLATFORM, speaker, "nodes out of service: " + ", ".join(platform))
+        return Words(TriageCategory.PLATFORM, speaker, "nodes out of service: " + ", ".join(platform))
     never = [n for n in _SCHED_NEVER if n in low]
     if never:
-        return Words(FAILED_DEPLOY, speaker, ", ".join(never))
+        return Words(TriageCategory.FAILED_DEPLOY, speaker, ", ".join(never))
     if "waiting for resource driver" in low:
-        return Words(PROVISIONING, speaker, "a resource driver is allocating the pod's claim")
-    return Words(UNKNOWN, speaker, "not a reason this triage knows")
+        return Words(TriageCategory.PROVISIONING, speaker, "a resource driver is allocating the pod's claim")
+    return Words(TriageCategory.UNKNOWN, speaker, "not a reason this triage knows")
 
 
 def judge_autoscaler(reason: str, message: str) -> Words:
     """cluster-autoscaler: ``TriggeredScaleUp`` (a node is coming) or ``NotTriggerScaleUp`` with its
     per-node-group reasons."""
     if reason == "TriggeredScaleUp":
-        return Words(PROVISIONING, AUTOSCALER, "scale-up triggered")
+        return Words(TriageCategory.PROVISIONING, AUTOSCALER, "scale-up triggered")
     low = message.lower()
     # Limits and back-off of a group that could hold the pod: bounded waiting can help.
     bounded = [b for b in ("max node group size reached", "in backoff after failed scale-up",
                            "max cluster cpu, memory limits reached", "max cluster cpu limit reached",
                            "max cluster memory limit reached", "quota exceeded") if b in low]
     if bounded:
-        return Words(CONTENTION, AUTOSCALER, "no new node now: " + ", ".join(bounded))
+        return Words(TriageCategory.CONTENTION, AUTOSCALER, "no new node now: " + ", ".join(bounded))
     short = _shortages(message)
     if "wouldn't fit if a new node is added" in low and short:
         # Even an empty new node of every group is too small: the request is oversized.
-        return Words(FAILED_DEPLOY, AUTOSCALER, "no node group's new node could hold it: short of "
+        return Words(TriageCategory.FAILED_DEPLOY, AUTOSCALER, "no node group's new node could hold it: short of "
                      + ", ".join(short), capacity=short, decisive=True)
     words = judge_scheduler(message.split(":", 1)[-1], AUTOSCALER)
-    if words.category in {FAILED_DEPLOY, UNKNOWN}:
+    if words.category in {TriageCategory.FAILED_DEPLOY, TriageCategory.UNKNOWN}:
         return Words(words.category, AUTOSCALER, f"no node group fits: {words.why}")
     return words
 
@@ -188,16 +176,18 @@ def judge_autoscaler(reason: str, message: str) -> Words:
 def judge_provisioner(reason: str, message: str) -> Words:
     """Karpenter: ``Nominated`` (a node or nodeclaim is made for the pod) or why no nodepool fits."""
     if reason == "Nominated":
-        return Words(PROVISIONING, PROVISIONER, "a node is being provisioned for the pod")
+        return Words(TriageCategory.PROVISIONING, PROVISIONER, "a node is being provisioned for the pod")
     low = message.lower()
     if "exceed limits for nodepool" in low or "would exceed" in low:
-        return Words(CONTENTION, PROVISIONER, "the nodepool's limits are reached")
+        return Words(TriageCategory.CONTENTION, PROVISIONER, "the nodepool's limits are reached")
     if "no instance type satisfied resources" in low:
-        return Words(FAILED_DEPLOY, PROVISIONER, "no instance type any nodepool may launch holds the request",
+        return Words(TriageCategory.FAILED_DEPLOY,
+                     PROVISIONER, "no instance type any nodepool may launch holds the request",
                      decisive=True)
     if "did not tolerate" in low or "incompatible requirements" in low or "incompatible with" in low:
-        return Words(FAILED_DEPLOY, PROVISIONER, "no nodepool is compatible with the pod's taints or requirements")
-    return Words(UNKNOWN, PROVISIONER, "not a reason this triage knows")
+        return Words(TriageCategory.FAILED_DEPLOY,
+                     PROVISIONER, "no nodepool is compatible with the pod's taints or requirements")
+    return Words(TriageCategory.UNKNOWN, PROVISIONER, "not a reason this triage knows")
 
 
 def judge_queue(message: str) -> Words:
@@ -205,34 +195,36 @@ def judge_queue(message: str) -> Words:
     low = message.lower()
     if "insufficient unused quota" in low or "pending the preemption" in low:
         # Others hold the quota now; it frees when they finish (or are preempted).
-        return Words(CONTENTION, QUEUE, "the queue's quota is in use by other workloads")
+        return Words(TriageCategory.CONTENTION, QUEUE, "the queue's quota is in use by other workloads")
     if any(w in low for w in ("insufficient quota", "unavailable in clusterqueue", "request > maximum capacity",
                               "doesn't exist", "is inactive", "not found")):
-        return Words(DEPENDENCY, QUEUE, "the queue's quota can never admit it as configured")
-    return Words(UNKNOWN, QUEUE, "not a reason this triage knows")
+        return Words(TriageCategory.DEPENDENCY, QUEUE, "the queue's quota can never admit it as configured")
+    return Words(TriageCategory.UNKNOWN, QUEUE, "not a reason this triage knows")
 
 
 def judge_create(message: str) -> Words:
     """A controller could not create a pod (``FailedCreate``) or an object was refused on create."""
     low = message.lower()
     if "exceeded quota" in low or "failed quota" in low:
-        return Words(DEPENDENCY, CREATE, "a ResourceQuota refuses the pod")
+        return Words(TriageCategory.DEPENDENCY, CREATE, "a ResourceQuota refuses the pod")
     if re.search(r"user \"[^\"]*\" cannot \w+ resource", low):
         # RBAC refuses the controller itself (the operator's or the platform's service account).
-        return Words(PLATFORM, CREATE, "the controller's own permissions (RBAC) refuse it")
+        return Words(TriageCategory.PLATFORM, CREATE, "the controller's own permissions (RBAC) refuse it")
     if "vdynamographdeployment" in low and "denied the request" in low and "immutable" not in low:
         # The operator's own webhook judges the candidate's spec (docs/triage.md): its manifest is wrong.
-        return Words(FAILED_DEPLOY, CREATE, "the operator's webhook refuses the DGD's spec", decisive=True)
+        return Words(TriageCategory.FAILED_DEPLOY,
+                     CREATE, "the operator's webhook refuses the DGD's spec", decisive=True)
     if "denied the request" in low:
-        return Words(DEPENDENCY, CREATE, "an admission webhook refuses it")
+        return Words(TriageCategory.DEPENDENCY, CREATE, "an admission webhook refuses it")
     if "violates podsecurity" in low or "error looking up service account" in low or "limitrange" in low or \
             re.search(r"(maximum|minimum) .* usage per (container|pod)", low):
-        return Words(DEPENDENCY, CREATE, "a namespace policy (pod security, service account, limit range) refuses it")
+        return Words(TriageCategory.DEPENDENCY,
+                     CREATE, "a namespace policy (pod security, service account, limit range) refuses it")
     if "invalid value" in low or "is invalid" in low or "required value" in low or "must be" in low:
-        return Words(FAILED_DEPLOY, CREATE, "the pod template is invalid", decisive=True)
+        return Words(TriageCategory.FAILED_DEPLOY, CREATE, "the pod template is invalid", decisive=True)
     if "forbidden" in low:
-        return Words(DEPENDENCY, CREATE, "an admission plugin forbids it")
-    return Words(UNKNOWN, CREATE, "not a reason this triage knows")
+        return Words(TriageCategory.DEPENDENCY, CREATE, "an admission plugin forbids it")
+    return Words(TriageCategory.UNKNOWN, CREATE, "not a reason this triage knows")
 
 
 def judge_operator(message: str) -> Words | None:
@@ -242,17 +234,18 @@ def judge_operator(message: str) -> Words | None:
     permanent = operator_status.permanent_error(message)
     if permanent is not None:  # operator_status's categories are this module's
         return Words(permanent, OPERATOR, "a reconcile error no later reconcile clears",
-                     decisive=permanent == FAILED_DEPLOY)
+                     decisive=permanent == TriageCategory.FAILED_DEPLOY)
     if operator_status.TRANSIENT_ERRORS.search(message):
         return None  # written as failed until the next reconcile (docs/operator-generations.md)
     low = message.lower()
     if "persistentvolumeclaims" in low and "not found" in low:
-        return Words(DEPENDENCY, OPERATOR, "a PVC the DGD names does not exist")
+        return Words(TriageCategory.DEPENDENCY, OPERATOR, "a PVC the DGD names does not exist")
     if "error creating" in low or "forbidden" in low or "invalid value" in low or "denied the request" in low:
         words = judge_create(message)
         return Words(words.category, OPERATOR, words.why, decisive=words.decisive)
     if "image" in low and re.search(r"\b(401|403)\b|unauthori[sz]ed|denied", low):
-        return Words(DEPENDENCY, OPERATOR, "the registry refuses the operator's image check (credentials)")
+        return Words(TriageCategory.DEPENDENCY,
+                     OPERATOR, "the registry refuses the operator's image check (credentials)")
     return None
 
 
@@ -265,14 +258,15 @@ _CONFIG = re.compile(r"couldn't find key|secret \"[^\"]*\" not found|configmap \
 def judge_kubelet(reason: str, message: str, count: int = 1) -> Words | None:
     """The kubelet's Warning events on a pod (images are judged with its pull rules in triage)."""
     if _CONFIG.search(message):
-        return Words(DEPENDENCY, KUBELET, "a referenced Secret, ConfigMap or key is missing")
+        return Words(TriageCategory.DEPENDENCY, KUBELET, "a referenced Secret, ConfigMap or key is missing")
     if reason == "BackOff" and "restarting failed container" in message:
         # The first restart may recover (README.md, step 6): final only once it repeats.
-        return Words(CRASH, KUBELET, "crash loop", decisive=True) if count >= 2 else None
+        return Words(TriageCategory.CRASH, KUBELET, "crash loop", decisive=True) if count >= 2 else None
     if reason == "Evicted":
-        return Words(UNKNOWN, KUBELET, "evicted by the node (resource pressure): its controller recreates it")
+        return Words(TriageCategory.UNKNOWN,
+                     KUBELET, "evicted by the node (resource pressure): its controller recreates it")
     if reason in {"FailedMount", "FailedAttachVolume"}:
-        return Words(UNKNOWN, KUBELET, "a volume is not mounted yet")
+        return Words(TriageCategory.UNKNOWN, KUBELET, "a volume is not mounted yet")
     return None
 
 
@@ -296,10 +290,10 @@ def judge(reason: str, message: str, count: int = 1) -> Words | None:
     if operator_status.permanent_error(message) is not None:
         return judge_operator(message)
     if _PLATFORM.search(message):
-        return Words(PLATFORM, _speaker_of(reason, message),
+        return Words(TriageCategory.PLATFORM, _speaker_of(reason, message),
                      "a platform component fails (a webhook, the operator, the GPU runtime or a DRA driver)")
     if reason in {"Scheduled", "SuccessfulCreate"}:
-        return Words(CLEARED, SCHEDULER if reason == "Scheduled" else CREATE, reason)
+        return Words(TriageCategory.CLEARED, SCHEDULER if reason == "Scheduled" else CREATE, reason)
     if reason in {"TriggeredScaleUp", "NotTriggerScaleUp"}:
         return judge_autoscaler(reason, message)
     if reason == "Nominated" or (reason == "FailedScheduling" and _is_karpenter(message)):
@@ -309,14 +303,14 @@ def judge(reason: str, message: str, count: int = 1) -> Words | None:
     if reason in _SCHEDULER_REASONS or _SCHEDULER_WORDS.search(message):
         return judge_scheduler(message)
     if reason == "SchedulingGated":
-        return Words(GANG, GANG_SCHEDULER, "scheduling gated until its gang is created")
+        return Words(TriageCategory.GANG, GANG_SCHEDULER, "scheduling gated until its gang is created")
     if reason in {"FailedCreate", "ReplicaFailure"} or message.startswith("Error creating") or \
             "denied the request" in message or "exceeded quota" in message:
         return judge_create(message)
     if reason == "ReconcileError" or (reason.startswith("Failed") and "reconcile" in message.lower()):
         if operator_status.TRANSIENT_ERRORS.search(message):
             return None  # a conflict the operator retries by itself
-        return judge_operator(message) or Words(UNKNOWN, OPERATOR, "a reconcile error")
+        return judge_operator(message) or Words(TriageCategory.UNKNOWN, OPERATOR, "a reconcile error")
     return judge_kubelet(reason, message, count)
 
 

@@ -25,8 +25,9 @@ from typing import Any
 
 from deploy_suite import clock, yamlio
 from deploy_suite.access.kube import Kube, Obj
-from deploy_suite.errors import ClusterError, Conflict, KubeError, WaitTimeout
+from deploy_suite.errors import Conflict, KubeError, WaitTimeout
 from deploy_suite.offline import binaries, dynamo_runtime, pools, procs, restart, webhook
+from deploy_suite.offline.errors import ClusterError
 from deploy_suite.offline.operator_sim import profiles
 from deploy_suite.offline.procs import wait_exit as wait_exit  # tests wait on cluster processes by this name
 

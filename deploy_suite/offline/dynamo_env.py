@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy_suite import clock
-from deploy_suite.errors import ClusterError, cut
+from deploy_suite.errors import cut
 from deploy_suite.offline import binaries, procs
+from deploy_suite.offline.errors import ClusterError
 
 DEFAULT_VERSION = "1.6.1"
 

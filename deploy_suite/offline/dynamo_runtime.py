@@ -27,9 +27,10 @@ from pathlib import Path
 import httpx
 
 from deploy_suite import clock
-from deploy_suite.errors import ClusterError, InputError, WaitTimeout, cut
+from deploy_suite.errors import InputError, WaitTimeout, cut
 from deploy_suite.offline import procs
 from deploy_suite.offline.dynamo_env import OFFLINE_ENV, DynamoEnv
+from deploy_suite.offline.errors import ClusterError
 
 FAULTS = ("chat-500", "never-list", "error-object", "model-not-ready")
 # As accepted by `python -m dynamo.frontend --router-mode` in 1.6.1.

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy_suite import clock
-from deploy_suite.errors import ClusterError
 from deploy_suite.offline import procs
+from deploy_suite.offline.errors import ClusterError
 
 Probe = Callable[[], bool]
 

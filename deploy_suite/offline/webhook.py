@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from deploy_suite.errors import ClusterError
+from deploy_suite.offline.errors import ClusterError
 from deploy_suite.offline.faults import REFUSE_PODS_PATH, WEBHOOK_INFO_CONFIGMAP
 from deploy_suite.offline.operator_sim import admission, conversion
 from deploy_suite.offline.operator_sim.profiles import Profile

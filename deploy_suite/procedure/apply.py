@@ -16,6 +16,7 @@ from deploy_suite.model.dgd import Dgd, from_documents
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import resume
 from deploy_suite.record.ledger import Ledger
+from deploy_suite.vocab import BlockerClass
 
 
 @dataclass
@@ -72,7 +73,7 @@ def _record_own_apply(run: RunState, kube: Kube, dgd: Dgd, applied: Sequence[Obj
 def platform_blocked(exc: PlatformFault, during: str, result: object | None = None) -> StepBlocked:
     """An unreachable webhook of the operator blocks the run: the platform's fault, not the
     candidate's, so no failed attempt is recorded (docs/operator-generations.md, "Platform faults")."""
-    return StepBlocked("platform", f"{during} met a platform fault: {exc}",
+    return StepBlocked(BlockerClass.PLATFORM, f"{during} met a platform fault: {exc}",
                        "the Dynamo operator's webhook is unreachable: check the operator's pod and its webhook "
                        "Service, then rerun this iteration", result)
 

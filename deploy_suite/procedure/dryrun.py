@@ -26,8 +26,9 @@ from deploy_suite.access.kube import DGD, Kube, Obj
 from deploy_suite.constants import DGD_KIND, WEBHOOK_UNREACHABLE
 from deploy_suite.errors import Forbidden, KubeError
 from deploy_suite.judges import ownership
-from deploy_suite.procedure.platform import PLATFORM, Verdicts
+from deploy_suite.procedure.platform import Verdicts
 from deploy_suite.record import resume
+from deploy_suite.vocab import BlockerClass
 
 # How an apiserver says it could not reach a webhook (admission or conversion), as opposed to a
 # webhook's own refusal ("admission webhook ... denied the request").
@@ -149,7 +150,9 @@ def dry_run_all(kube: Kube, docs: Mapping[str, list[Obj]], displays: Mapping[str
 def _judge(out: Verdicts, label: str, display: str, text: str) -> None:
     hook = webhook_fault(text)
     if hook is None:
-        out.block(f"server dry-run rejected {label} from {display}: {text}", MANIFEST_FIX, cls="dry-run")
+        out.block(f"server dry-run rejected {label} from {display}: {text}", MANIFEST_FIX,
+                  category=BlockerClass.DRY_RUN)
     else:
         out.block(f"the Dynamo operator's webhook{f' {hook}' if hook else ''} could not be called for the dry-run of "
-                  f"{label} from {display}: a platform fault, not the candidate's ({text})", WEBHOOK_FIX, cls=PLATFORM)
+                  f"{label} from {display}: a platform fault, not the candidate's ({text})", WEBHOOK_FIX,
+                  category=BlockerClass.PLATFORM)

@@ -2,7 +2,7 @@
 
 A fault of the platform (a dead operator, an unreachable webhook, a DGD API version the cluster does
 not serve, GPU nodes whose device plugin advertises no GPU, no multinode orchestrator, a missing
-KAI queue) is not the candidate's: it blocks step 2 with the class :data:`PLATFORM` (a ``blocked``
+KAI queue) is not the candidate's: it blocks step 2 with the class ``BlockerClass.PLATFORM`` (a ``blocked``
 run, never a failed attempt, so no budget is charged: ``deploy_suite/record/budget.py``), naming the
 fault and the fix, before anything is retired or applied. ``Forbidden`` on any read here is a
 limitation, as everywhere in step 2 (``README.md``, step 2: "Platform checks").
@@ -22,8 +22,8 @@ from deploy_suite.access.kube import Kube, Obj, Resource
 from deploy_suite.constants import DGD_GROUP, DGD_KIND, DGD_PLURAL, GPU_PRODUCT_LABEL, GPU_RESOURCE
 from deploy_suite.errors import Forbidden
 from deploy_suite.model.dgd import Dgd
+from deploy_suite.vocab import BlockerClass
 
-PLATFORM = "platform"  # the blocker class of a platform fault
 GROVE_GROUP = "grove.io"
 LWS_GROUP = "leaderworkerset.x-k8s.io"
 VOLCANO_GROUP = "scheduling.volcano.sh"
@@ -49,16 +49,16 @@ _MAX_NAMED = 5
 
 @dataclass
 class Verdicts:
-    """What a group of step-2 checks found: blockers ``(class, message, fix)``, warnings,
+    """What a group of step-2 checks found: blockers ``(category, message, fix)``, warnings,
     limitations (a read this identity may not make) and evidence for the ledger."""
 
-    blockers: list[tuple[str, str, str]] = field(default_factory=list)
+    blockers: list[tuple[BlockerClass, str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     limitations: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
 
-    def block(self, message: str, fix: str, cls: str = PLATFORM) -> None:
-        self.blockers.append((cls, message, fix))
+    def block(self, message: str, fix: str, category: BlockerClass = BlockerClass.PLATFORM) -> None:
+        self.blockers.append((category, message, fix))
 
 
 def _names(names: list[str]) -> str:

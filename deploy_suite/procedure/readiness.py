@@ -20,8 +20,9 @@ from deploy_suite.procedure.retire import Progress, quiet
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import resume
 from deploy_suite.record.ledger import Ledger
+from deploy_suite.vocab import FailureCategory, TeardownAction, TeardownPolicy
 
-POLICY_TEARDOWN, POLICY_KEEP = "teardown-final-failures", "keep-on-failure"
+POLICY_TEARDOWN, POLICY_KEEP = TeardownPolicy.TEARDOWN_FINAL_FAILURES, TeardownPolicy.KEEP_ON_FAILURE
 
 
 @dataclass
@@ -115,12 +116,12 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
             now = clock.monotonic()
             if now - started >= timeout:
                 raise StepFailure(f"{exc} (the hard cap timeouts.readiness_s, pods still progressing); "
-                                  f"last progress: {_progress_line(ready, started)}", "timeout",
+                                  f"last progress: {_progress_line(ready, started)}", FailureCategory.TIMEOUT,
                                   [exc.last_state], result=_progress(ready, started)) from exc
             if now - ready.progress_mono >= no_progress_s:
                 raise StepFailure(f"no progress for {now - ready.progress_mono:.0f}s (timeouts.readiness_no_progress_s "
                                   f"{no_progress_s:.0f}s); last progress: {_progress_line(ready, started)}; last seen: "
-                                  f"{exc.last_state}", "no-progress", [exc.last_state],
+                                  f"{exc.last_state}", FailureCategory.NO_PROGRESS, [exc.last_state],
                                   result=_progress(ready, started)) from exc
         except (StepFailure, StepBlocked) as exc:
             exc.result = _progress(ready, started)
@@ -128,7 +129,7 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
         except PlatformFault as exc:
             raise platform_blocked(exc, "the readiness wait", _progress(ready, started)) from exc
         except KubeError as exc:  # a refusal (403, 404, ...) stops the wait at once: not the attempt's fault
-            raise StepFailure(f"the readiness wait stopped: {exc}", "api-error") from exc
+            raise StepFailure(f"the readiness wait stopped: {exc}", FailureCategory.API_ERROR) from exc
     out = Readiness("ready", ready.dgd_state, ready.ready_condition, ready.ready_reason,
                     allocated_at=ready.allocated_at, contention=ready.contention,
                     last_progress=_progress(ready, started), generation_rule=ready.generation_rule,
@@ -136,7 +137,7 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
     out.components = components(list(state.collections["pods"].values()), dgd, expected)
     service = dgd.frontend_service
     if frontend_expected and service and kube.get_or_none("Service", service, namespace) is None:
-        raise StepFailure(f"frontend Service {service} is missing", "missing-frontend-service")
+        raise StepFailure(f"frontend Service {service} is missing", FailureCategory.MISSING_FRONTEND_SERVICE)
     out.seconds = round(clock.monotonic() - started, 3)
     out.verdict_at = clock.iso_now_precise()
     return out
@@ -175,7 +176,7 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
         verdict_at = clock.iso_now_precise()
         progress = exc.result if isinstance(exc.result, dict) else None
         # A platform fault (StepBlocked) is not the candidate's attempt: kept, never a failed attempt.
-        failed = Readiness(exc.category if isinstance(exc, StepFailure) else exc.cls, diagnosis=str(exc),
+        failed = Readiness(exc.category, diagnosis=str(exc),
                            evidence=exc.evidence if isinstance(exc, StepFailure) else [exc.message], failed=True,
                            failed_attempt=isinstance(exc, StepFailure) and exc.failed_attempt,
                            last_progress=progress, contention=list((progress or {}).get("contention") or []),
@@ -205,18 +206,18 @@ def teardown(kube: Kube, namespace: str, dgd_name: str, failed: Readiness, *, ke
     gone (the GPUs free: ``torn_down_at``); a bounded wait, left unset when they outlast it."""
     entry = {"policy": POLICY_KEEP if keep else POLICY_TEARDOWN, "dgd": dgd_name}
     if keep:
-        return {**entry, "action": "kept", "reason": "--keep-on-failure: everything kept for debugging",
+        return {**entry, "action": TeardownAction.KEPT, "reason": "--keep-on-failure: everything kept for debugging",
                 "at": clock.iso_now()}
     if not failed.failed_attempt:
-        return {**entry, "action": "kept", "at": clock.iso_now(),
+        return {**entry, "action": TeardownAction.KEPT, "at": clock.iso_now(),
                 "reason": f"{failed.state}: not known to be final (fix the dependency or inspect, then rerun; "
                           "the cleanup command is in the ledger)"}
     try:
         kube.delete(DGD, dgd_name, namespace)
     except KubeError as exc:  # the failure and its evidence stay the story; the cleanup command is in the ledger
-        return {**entry, "action": "delete-failed", "at": clock.iso_now(),
+        return {**entry, "action": TeardownAction.DELETE_FAILED, "at": clock.iso_now(),
                 "reason": f"{failed.state}: the attempt can never succeed as written, but the delete failed: {exc}"}
-    deleted = {**entry, "action": "deleted", "at": clock.iso_now(),
+    deleted = {**entry, "action": TeardownAction.DELETED, "at": clock.iso_now(),
                "reason": f"{failed.state}: the attempt can never succeed as written; deleted to free its GPUs"}
     try:
         kube.wait(conditions.dgd_pods_gone(namespace, dgd_name), timeout=pods_gone_s, on_progress=on_progress)

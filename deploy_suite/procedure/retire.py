@@ -15,6 +15,7 @@ from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.workspace import PreviousDeployment
 from deploy_suite.record import experiment, resume
 from deploy_suite.record.ledger import Ledger, write_torn_down_at
+from deploy_suite.vocab import BlockerClass
 
 Progress = Callable[[str], None]
 
@@ -154,7 +155,7 @@ def _refuse_unless_ours(live: Obj | None, owner: resume.Whose | None, found: own
         managers = ", ".join(found.managers) or "none"
         reasons.append(f"it was not created by this experiment (field managers: {managers})")
     if reasons:
-        raise StepBlocked("ownership", f"DynamoGraphDeployment {prev.namespace}/{prev.dgd_name} is live and "
+        raise StepBlocked(BlockerClass.OWNERSHIP, f"DynamoGraphDeployment {prev.namespace}/{prev.dgd_name} is live and "
                           f"{'; '.join(reasons)}; step 3 refuses to delete it",
                           ownership.FIX if found.foreign else "if it is this experiment's to remove, delete it "
                           "yourself and rerun; otherwise choose another DGD name")

@@ -9,8 +9,9 @@ missing module is simply ``not_run``, and, because the procedure's order is a sa
 ``RunState`` is what steps receive (through the ``run`` fixture): the frozen settings, the ledger,
 step 1's result and helpers to record evidence, blockers and commands. The pytest plugin
 (``deploy_suite.plugins.ledger``) drives the lifecycle (``begin_step``/``end_step``/
-``skip_step``/``finish``); steps never call those. The idea is e2e-framework's feature context and chainsaw's steps: one
-context passed along, an aborted step skips the rest with a reason.
+``skip_step``/``finish``); steps never call those. One context is passed along, and a stopped
+step skips the rest with a reason, because a later step run after a failed one would act on a
+state nobody checked.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from deploy_suite.procedure.inputs import Prepared, verify_sources
 from deploy_suite.procedure.settings import Settings
 from deploy_suite.procedure.workspace import PreviousDeployment, own_directory_ledger, release_deployment_lock
 from deploy_suite.record import ledger as ledger_mod
+from deploy_suite.vocab import BlockerClass, RunStatus, StepOutcome
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,8 @@ STEPS: tuple[StepSpec, ...] = (
 STEP_NAMES: tuple[str, ...] = tuple(s.name for s in STEPS)
 _BY_MODULE = {s.module: s for s in STEPS}
 # When one step holds several tests, the step's outcome is the worst of them.
-_RANK = {"not_run": 0, "skipped": 1, "passed": 2, "failed": 3, "blocked": 4}
+_RANK = {StepOutcome.NOT_RUN: 0, StepOutcome.SKIPPED: 1, StepOutcome.PASSED: 2, StepOutcome.FAILED: 3,
+         StepOutcome.BLOCKED: 4}
 
 
 def step_for_module(filename: str) -> StepSpec | None:
@@ -184,10 +187,10 @@ class RunState:
         found = self.results.get(kind)
         return found if isinstance(found, kind) else None
 
-    def block(self, cls: str, message: str, fix: str) -> NoReturn:
+    def block(self, category: BlockerClass, message: str, fix: str) -> NoReturn:
         """Record a blocker for the running step and stop it; every later step is skipped."""
-        self.ledger.add_blocker(self.current or "session", cls, message, fix)
-        raise StepBlocked(cls, message, fix)
+        self.ledger.add_blocker(self.current or "session", category, message, fix)
+        raise StepBlocked(category, message, fix)
 
     def record_command(self, record: ledger_mod.CommandLike) -> None:
         """``on_command`` callback of ``deploy_suite.access.kube.Kube``; mutations are saved at once so a
@@ -287,7 +290,7 @@ class RunState:
     def refuse_input(self, step: str, error: InputError) -> None:
         """Record a refused input; the ledger is written only where a directory of this candidate
         exists (never in another candidate's directory, never a new one created for it)."""
-        self.ledger.add_blocker(step, "input", f"{error.input_name}: {error.problem}", error.fix)
+        self.ledger.add_blocker(step, BlockerClass.INPUT, f"{error.input_name}: {error.problem}", error.fix)
         # A locked directory belongs to the live run holding it: its ledger is that run's alone.
         if self.ledger.path is None and not isinstance(error, DeploymentLocked):
             earlier = own_directory_ledger(self.settings)
@@ -304,24 +307,24 @@ class RunState:
         self.current = name
         self.save()
 
-    def end_step(self, name: str, outcome: str, reason: str | None = None) -> None:
+    def end_step(self, name: str, outcome: StepOutcome, reason: str | None = None) -> None:
         entry = self.ledger.step(name)
         if _RANK[outcome] >= _RANK[entry["outcome"]]:
             entry["outcome"] = outcome
-            if reason is not None or outcome == "passed":
+            if reason is not None or outcome == StepOutcome.PASSED:
                 entry["reason"] = reason
         now = clock.iso_now()
         entry["started_at"] = entry["started_at"] or now
         entry["ended_at"] = now
         entry["duration_s"] = max(0.0, round(clock.monotonic() - self._started.get(name, clock.monotonic()), 3))
-        if outcome in ("failed", "blocked") and self.stopped is None:
+        if outcome in (StepOutcome.FAILED, StepOutcome.BLOCKED) and self.stopped is None:
             self.stopped = (name, reason or outcome)
         if self.current == name:
             self.current = None
         self.save(check_schema=True)
 
     def skip_step(self, name: str, reason: str) -> None:
-        self.end_step(name, "skipped", reason)
+        self.end_step(name, StepOutcome.SKIPPED, reason)
 
     def blocked_reason(self, name: str) -> str | None:
         """Why step ``name`` must not run: an earlier step stopped, or did not run at all."""
@@ -330,19 +333,20 @@ class RunState:
         for spec in STEPS:
             if spec.name == name:
                 return None
-            if self.ledger.step(spec.name)["outcome"] == "not_run":
+            if self.ledger.step(spec.name)["outcome"] == StepOutcome.NOT_RUN:
                 return f"blocked by {spec.name}: not run (its test module is missing or was deselected)"
         return None
 
-    def status(self) -> str:
+    def status(self) -> RunStatus:
         outcomes = [s["outcome"] for s in self.ledger.data["steps"]]
-        if "blocked" in outcomes or any(b["step"] == "session" for b in self.ledger.data["blockers"]):
-            return "blocked"
-        if "failed" in outcomes:
-            return "failed"
-        if outcomes and outcomes[-1] == "passed" and all(o in ("passed", "skipped") for o in outcomes):
-            return "ready"
-        return "in_progress"
+        if StepOutcome.BLOCKED in outcomes or any(b["step"] == "session" for b in self.ledger.data["blockers"]):
+            return RunStatus.BLOCKED
+        if StepOutcome.FAILED in outcomes:
+            return RunStatus.FAILED
+        if outcomes and outcomes[-1] == StepOutcome.PASSED and all(
+                o in (StepOutcome.PASSED, StepOutcome.SKIPPED) for o in outcomes):
+            return RunStatus.READY
+        return RunStatus.IN_PROGRESS
 
     def current_step(self) -> str | None:
         """The running step, else the step that stopped the run, else the next one to run."""
@@ -351,7 +355,7 @@ class RunState:
         if self.stopped is not None:
             return self.stopped[0]
         for entry in self.ledger.data["steps"]:
-            if entry["outcome"] == "not_run":
+            if entry["outcome"] == StepOutcome.NOT_RUN:
                 name: str = entry["name"]
                 return name
         return STEP_NAMES[-1]
@@ -362,7 +366,7 @@ class RunState:
         if self.prepared is not None:
             problems = verify_sources(self.prepared)
             for problem in problems:
-                self.ledger.add_blocker("session", "input", problem,
+                self.ledger.add_blocker("session", BlockerClass.INPUT, problem,
                                         "restore the handed-off file: sources are never modified")
         session = self.ledger.data["session"]
         session["finished_at"] = clock.iso_now()

@@ -1,7 +1,7 @@
 """One frozen settings object per run, built once from the command line and the handoff file.
 
-The idea is kopf's ``OperatorSettings``: grouped dataclasses with documented defaults, built in
-one place and passed down explicitly, so no step reads pytest options or the environment. The
+Grouped dataclasses with documented defaults, built in one place and passed down explicitly, so
+no step reads pytest options or the environment and a default is written once. The
 pytest side (``deploy_suite.plugins.options``) only collects raw values; everything that
 can be judged without opening an input file is judged here, so an option-level mistake is
 refused before any directory exists. File contents (hashes, YAML) are judged in step 1

@@ -34,6 +34,7 @@ from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.settings import DEFAULT_SMOKE_PROMPT
 from deploy_suite.procedure.validate import Preflight
 from deploy_suite.record.ledger import Ledger, atomic_write_text
+from deploy_suite.vocab import BlockerClass, FailureCategory
 
 DEFAULT_PROMPT = DEFAULT_SMOKE_PROMPT
 DIRECT_HEADER = "x-dynamo-worker-instance-id"
@@ -158,7 +159,8 @@ def plan(run: RunState, kube: Kube) -> SmokePlan:
     served = run.settings.served_model or (preflight.served_model if preflight else None) or next(
         (c.served_model for c in model.components if c.is_worker and c.served_model), None)
     if not served:
-        raise StepBlocked("served-model", "no served model name found in the DGD", "pass --served-model NAME")
+        raise StepBlocked(BlockerClass.SERVED_MODEL,
+                          "no served model name found in the DGD", "pass --served-model NAME")
     direct = direct_routing(model, documents)
     endpoint = find_endpoint(kube, run.namespace, model.name, direct,
                              preflight.frontend_service if preflight else None)
@@ -180,7 +182,7 @@ def run(run: RunState, kube: Kube, plan: SmokePlan, transport: httpx.BaseTranspo
     result.body_paths = [run.rel(plan.deploy_root / "smoke" / n) for n in _BODIES
                          if (plan.deploy_root / "smoke" / n).exists()]
     if not result.success:
-        raise StepFailure(f"smoke test failed at the {result.gate} gate: {result.diagnosis}", "smoke",
+        raise StepFailure(f"smoke test failed at the {result.gate} gate: {result.diagnosis}", FailureCategory.SMOKE,
                           evidence=result.body_paths, result=result)
     return result
 

@@ -16,6 +16,7 @@ from deploy_suite.judges import conditions
 from deploy_suite.procedure.retire import Progress, quiet
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record.ledger import Ledger, redact
+from deploy_suite.vocab import FailureCategory, TriageCategory
 
 SUPPORT_ORDER = ("model-cache", "model-download", "model-validate")
 
@@ -101,7 +102,7 @@ def run_job(kube: Kube, namespace: str, job: str, kind: str, timeout: float, log
         raise StepFailure(f"{exc}; last log lines: {excerpt[-600:] or 'none'}", exc.category, exc.evidence,
                           log_excerpt=excerpt) from exc
     except WaitTimeout as exc:
-        raise StepFailure(f"{kind} job {job} timed out: {exc}", category="job-timeout") from exc
+        raise StepFailure(f"{kind} job {job} timed out: {exc}", category=FailureCategory.JOB_TIMEOUT) from exc
     return JobResult(kind, job, "Complete", ["Complete"], round(clock.monotonic() - started, 3),
                      completed_at=clock.iso_now())
 
@@ -142,7 +143,7 @@ def support(run: RunState, kube: Kube) -> Support:
                             on_progress=run.progress)
         except WaitTimeout as exc:
             raise StepFailure(f"model-cache PVC never bound: {exc}; fix the storage class or provisioner "
-                              "(a dependency: waiting longer does not help)", "dependency") from exc
+                              "(a dependency: waiting longer does not help)", TriageCategory.DEPENDENCY) from exc
         bound = t.job_download_s if kind != "model-validate" else t.job_validate_s
         for job in names_of(docs, "Job"):
             try:

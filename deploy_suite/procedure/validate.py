@@ -48,6 +48,7 @@ from deploy_suite.procedure import dryrun, platform
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import budget, experiment, resume
 from deploy_suite.record.ledger import Ledger, atomic_write_text
+from deploy_suite.vocab import BlockerClass
 from deploy_suite.yamlio import dump_all, load_all
 
 DGD_CRD = f"{DGD_PLURAL}.{DGD_GROUP}"
@@ -60,12 +61,12 @@ _PLACEHOLDER_CLASS = re.compile(r"(\$\{?[A-Za-z_]+\}?|<[^>]*>|your-storage-class
 
 @dataclass
 class Finding:
-    cls: str
+    category: BlockerClass
     message: str
     fix: str = ""
 
     def as_dict(self, step: str) -> dict[str, str]:
-        return {"step": step, "class": self.cls, "message": self.message, "fix": self.fix}
+        return {"step": step, "class": self.category, "message": self.message, "fix": self.fix}
 
 
 @dataclass
@@ -96,8 +97,8 @@ class ValidationReport:
     def ok(self) -> bool:
         return not self.blockers
 
-    def block(self, cls: str, message: str, fix: str) -> None:
-        self.blockers.append(Finding(cls, message, fix))
+    def block(self, category: BlockerClass, message: str, fix: str) -> None:
+        self.blockers.append(Finding(category, message, fix))
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ class Validator:
         try:
             self.kube.get("Namespace", ns)
         except NotFound:
-            self.report.block("namespace", f"namespace {ns} does not exist on context {self.kube.context}",
+            self.report.block(BlockerClass.NAMESPACE, f"namespace {ns} does not exist on context {self.kube.context}",
                               "create the namespace (the harness never creates namespaces) or fix "
                               "kubernetes.namespace in user_workload.yaml")
             self.ev["namespace"] = "missing"
@@ -193,7 +194,7 @@ class Validator:
             try:
                 self.kube.list_items("PersistentVolumeClaim", ns, page_size=1)
             except Forbidden:
-                self.report.block("namespace", f"namespace {ns}: this identity can neither read it nor list "
+                self.report.block(BlockerClass.NAMESPACE, f"namespace {ns}: this identity can neither read it nor list "
                                   "inside it", "grant namespaced read access (get/list) in the namespace")
                 return False
             self.ev["namespace"] = "present (inferred)"
@@ -211,8 +212,8 @@ class Validator:
             self.report.limitations.append("CRD read forbidden")
             self.ev["crd"] = "forbidden (deferred to dry-run)"
         except NotFound:
-            self.report.block("crd", f"Dynamo CRDs missing: {DGD_CRD} is not installed on {self.kube.context}",
-                              "install the Dynamo platform (operator and CRDs) on the cluster")
+            self.report.block(BlockerClass.CRD, f"Dynamo CRDs missing: {DGD_CRD} is not installed on "
+                              f"{self.kube.context}", "install the Dynamo platform (operator and CRDs) on the cluster")
             self.ev["crd"] = "missing"
 
     def advisory_reads(self) -> None:
@@ -266,8 +267,8 @@ class Validator:
                         f"PersistentVolumeClaim/{name}: storageClassName {current!r} -> {wanted!r}",
                         f"storage class {current!r} {why}; kubernetes.storage_class from user_workload.yaml is used"))
                 else:
-                    self.report.block("storage-class", f"PVC {name} in {kind}.yaml names storage class {current!r}, "
-                                      f"which {'is a placeholder' if placeholder else 'does not exist'}",
+                    self.report.block(BlockerClass.STORAGE_CLASS, f"PVC {name} in {kind}.yaml names storage class "
+                                      f"{current!r}, which {'is a placeholder' if placeholder else 'does not exist'}",
                                       "set kubernetes.storage_class in user_workload.yaml (or pass --storage-class) "
                                       "to a storage class of the target cluster")
             if changed:
@@ -319,8 +320,8 @@ class Validator:
 
     def _merge(self, found: platform.Verdicts, key: str | None) -> None:
         """A group of checks' verdicts into the report; its evidence under ``key`` (None: at the top)."""
-        for cls, message, fix in found.blockers:
-            self.report.block(cls, message, fix)
+        for category, message, fix in found.blockers:
+            self.report.block(category, message, fix)
         self.report.warnings.extend(found.warnings)
         self.report.limitations.extend(found.limitations)
         self.ev.update({key: found.evidence} if key else found.evidence)
@@ -336,9 +337,9 @@ class Validator:
                 self.report.limitations.append(f"secret {name}: metadata read forbidden; existence not verified")
                 continue
             if found[name] == "missing":
-                self.report.block("secret", f"secret {name} referenced by the manifests does not exist in namespace "
-                                  f"{self.inp.namespace}", f"create secret {name} in the namespace yourself (the "
-                                  "harness checks secrets by name only and never creates or reads them)")
+                self.report.block(BlockerClass.SECRET, f"secret {name} referenced by the manifests does not exist in "
+                                  f"namespace {self.inp.namespace}", f"create secret {name} in the namespace "
+                                  "yourself (the harness checks secrets by name only and never creates or reads them)")
         self.ev["secrets"] = found
 
     def check_claims(self, docs: dict[str, list[Obj]], dgd: Dgd) -> None:
@@ -359,7 +360,7 @@ class Validator:
                 continue
             if pvc is None:
                 state[claim] = "missing"
-                self.report.block("pvc", f"PVC {claim} is referenced by the DGD but neither exists in "
+                self.report.block(BlockerClass.PVC, f"PVC {claim} is referenced by the DGD but neither exists in "
                                   f"{self.inp.namespace} nor is created by a handed-over support manifest",
                                   "hand over the model-cache manifest that creates it (--support model-cache=PATH) "
                                   "or create the PVC")
@@ -367,8 +368,8 @@ class Validator:
                 state[claim] = f"exists ({(pvc.get('status') or {}).get('phase', 'unknown')})"
         for p in dgd.pvcs:
             if p.create and not p.storage_class and self._default_class() is None and self.storage_classes is not None:
-                self.report.block("storage-class", f"spec.pvcs {p.name} is created by the operator without a "
-                                  "storage class and the cluster has no default", "set storageClass on the pvc")
+                self.report.block(BlockerClass.STORAGE_CLASS, f"spec.pvcs {p.name} is created by the operator without "
+                                  "a storage class and the cluster has no default", "set storageClass on the pvc")
         self.ev["pvcs"] = state
 
     def check_images(self, docs: dict[str, list[Obj]]) -> None:
@@ -376,7 +377,7 @@ class Validator:
                          if k == "image" and isinstance(v, str)})
         bad = [i for i in images if _PLACEHOLDER_TAG.search(image_tag(i)) or "${" in i]
         for image in bad:
-            self.report.block("image", f"image {image} has a placeholder tag",
+            self.report.block(BlockerClass.IMAGE, f"image {image} has a placeholder tag",
                               "replace it with a released image tag (e.g. the Dynamo runtime version you run)")
         self.ev["images"] = images
 
@@ -387,8 +388,8 @@ class Validator:
             return
         unknown = knobs.unknown_knobs(pinned)
         for name in unknown:
-            self.report.block("pinned", f"resources.pinned names knob {name!r}, which has no mapping to DGD fields "
-                              f"(known: {', '.join(sorted(knobs.KNOBS))})",
+            self.report.block(BlockerClass.PINNED, f"resources.pinned names knob {name!r}, which has no mapping to DGD "
+                              f"fields (known: {', '.join(sorted(knobs.KNOBS))})",
                               "add a mapping for this knob to deploy_suite.model.knobs.KNOBS, or remove it from pinned")
         known = [p for p in pinned if p not in unknown]
         if self.inp.baseline_dgd_path is None or not known:
@@ -402,8 +403,8 @@ class Validator:
             same = before.get(knob) == after.get(knob)
             result[knob] = {"baseline": before.get(knob), "candidate": after.get(knob), "same": same}
             if not same:
-                self.report.block("pinned", f"pinned knob {knob} changed: baseline {before.get(knob)!r}, candidate "
-                                  f"{after.get(knob)!r}", "the candidate must keep every knob listed in "
+                self.report.block(BlockerClass.PINNED, f"pinned knob {knob} changed: baseline {before.get(knob)!r}, "
+                                  f"candidate {after.get(knob)!r}", "the candidate must keep every knob listed in "
                                   "resources.pinned; send it back to the hypothesis challenger")
         self.ev["pinned"] = result
 
@@ -413,9 +414,10 @@ class Validator:
         self.ev["gpu_ceiling"] = {"ceiling": ceiling, "candidate": dgd.total_gpus(),
                                   "other_live": self.inp.other_live_gpus, "total": total}
         if ceiling is not None and total > int(ceiling):
-            self.report.block("gpu-ceiling", f"the candidate needs {dgd.total_gpus()} GPUs and this experiment's "
-                              f"other live DGDs hold {self.inp.other_live_gpus}: {total} > resources.gpu_ceiling "
-                              f"{ceiling}", "reduce the candidate's GPU footprint or retire other DGDs first")
+            self.report.block(BlockerClass.GPU_CEILING, f"the candidate needs {dgd.total_gpus()} GPUs and "
+                              f"this experiment's other live DGDs hold {self.inp.other_live_gpus}: {total} > "
+                              f"resources.gpu_ceiling {ceiling}",
+                              "reduce the candidate's GPU footprint or retire other DGDs first")
 
     def check_ownership(self, dgd: Dgd) -> None:
         """The candidate's DGD (step 5 applies over it) and the one step 3 retires: each absent or
@@ -428,13 +430,13 @@ class Validator:
             try:
                 found = ownership.check(self.kube, ns, name)
             except Forbidden:
-                self.report.block("ownership", f"DGD {ns}/{name}: get forbidden, so who created it is unknown",
-                                  "grant get on dynamographdeployments in the namespace")
+                self.report.block(BlockerClass.OWNERSHIP, f"DGD {ns}/{name}: get forbidden, so who created it is "
+                                  "unknown", "grant get on dynamographdeployments in the namespace")
                 continue
             seen.append(found.as_dict())
             if found.foreign:
                 stop = found.blocked(f"{what}: refused before any change")
-                self.report.block(stop.cls, stop.message, stop.fix)
+                self.report.block(stop.category, stop.message, stop.fix)
         self.ev["ownership"] = seen
 
     def check_capacity(self, dgd: Dgd) -> None:
@@ -460,7 +462,7 @@ class Validator:
         self.report.capacity = {**result.to_dict(), "excluded_dgds": [f"{ns}/{name}" for ns, name in excluded]}
         self.report.warnings.extend(result.warnings)
         if result.outcome == "insufficient":
-            self.report.block("gpu-capacity", "GPU capacity insufficient: " + "; ".join(result.reasons[:6]),
+            self.report.block(BlockerClass.GPU_CAPACITY, "GPU capacity insufficient: " + "; ".join(result.reasons[:6]),
                               "free GPUs on eligible nodes, or change the candidate's placement constraints")
         elif result.outcome == "unknown":
             self.report.limitations.append("GPU capacity unknown: " + "; ".join(result.reasons[:3]))
@@ -474,7 +476,7 @@ class Validator:
         self.ev["gpu_sku"] = result.to_dict()
         self.report.warnings.extend(result.warnings)
         for message in result.blockers:
-            self.report.block("gpu-sku", message, sku.SKU_FIX)
+            self.report.block(BlockerClass.GPU_SKU, message, sku.SKU_FIX)
 
 
 def _component_pod_spec(doc: Obj, name: str) -> dict[str, Any] | None:
@@ -534,10 +536,10 @@ class Preflight:
         ledger.set_section("preflight", {
             **rep.evidence, "warnings": rep.warnings, "limitations": rep.limitations,
             "other_live_dgds": self.other_live_dgds, "capacity": capacity,
-            "pinned_ok": not any(b.cls == "pinned" for b in rep.blockers),
-            "blockers": [b.cls for b in rep.blockers]})
+            "pinned_ok": not any(b.category == BlockerClass.PINNED for b in rep.blockers),
+            "blockers": [b.category for b in rep.blockers]})
         for blocker in rep.blockers[:-1]:
-            ledger.add_blocker(self.step, blocker.cls, blocker.message, blocker.fix)
+            ledger.add_blocker(self.step, blocker.category, blocker.message, blocker.fix)
         return {"capacity": capacity, "blockers": len(rep.blockers), "patches": len(rep.patches),
                 "warnings": rep.warnings}
 
@@ -547,7 +549,7 @@ class Preflight:
             return None
         last, more = self.report.blockers[-1], len(self.report.blockers) - 1
         message = last.message if not more else f"{last.message} (and {more} more blocker(s) in the ledger)"
-        return StepBlocked(last.cls, message, last.fix, result=self)
+        return StepBlocked(last.category, message, last.fix, result=self)
 
 
 def own_live_dgd(run: RunState, kube: Kube) -> tuple[str, str] | None:
@@ -587,8 +589,8 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
     # Budgets last: a spent one is the line the step stops with, before step 3 retires anything.
     spent = budget.assess(run.exp_root, run.workload.data.get("budgets"), report.gpus_requested,
                           summaries=summaries)
-    for cls, message, fix in spent.blockers:
-        report.block(cls, message, fix)
+    for category, message, fix in spent.blockers:
+        report.block(category, message, fix)
     result = Preflight(report, run.settings.served_model or report.served_model, report.frontend_service,
                        live_names, run.current or STEP, spent.as_dict(),
                        {kind: sha256_file(path) for kind, path in run.manifests.items()})

@@ -25,6 +25,7 @@ from typing import Any
 
 from deploy_suite import clock
 from deploy_suite.record import experiment, resume
+from deploy_suite.vocab import BlockerClass
 
 FIX = "ask the user for more budget (user_workload.yaml budgets, via user-interviewer) or stop the experiment"
 
@@ -56,7 +57,7 @@ class BudgetState:
     wall_clock_hours: Usage
     session_started_at: str | None
     at: str
-    blockers: list[tuple[str, str, str]] = field(default_factory=list)
+    blockers: list[tuple[BlockerClass, str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"at": self.at, "session_started_at": self.session_started_at,
@@ -108,24 +109,26 @@ def assess(exp_root: Path, budgets: Mapping[str, Any] | None, candidate_gpus: in
     return state
 
 
-def _blockers(state: BudgetState, candidate_gpus: int, session_key: str | None) -> list[tuple[str, str, str]]:
+def _blockers(state: BudgetState, candidate_gpus: int, session_key: str | None) -> list[tuple[BlockerClass, str, str]]:
     out = []
     failed, gpu, wall = state.failed_deploys, state.gpu_hours, state.wall_clock_hours
     if failed.spent:
-        out.append(("budget", f"failed-deploy budget spent: {failed.used:g} failed deploy(s) recorded in the "
+        out.append((BlockerClass.BUDGET,
+                    f"failed-deploy budget spent: {failed.used:g} failed deploy(s) recorded in the "
                     f"experiment's ledgers ({', '.join(failed.counted)}), budgets.max_failed_deploys is "
                     f"{failed.limit:g}; nothing was retired or applied", FIX))
     if gpu.spent and candidate_gpus > 0:
-        out.append(("budget", f"GPU-hour budget spent: {gpu.used:.2f} GPU-hours used of budgets.gpu_hours "
+        out.append((BlockerClass.BUDGET, f"GPU-hour budget spent: {gpu.used:.2f} GPU-hours used of budgets.gpu_hours "
                     f"{gpu.limit:g}; the candidate's {candidate_gpus} GPU(s) would exceed it; nothing was retired "
                     "or applied", FIX))
     if wall.limit is not None and state.session_started_at is None:
         what = f"its {session_key} is not a timestamp" if session_key else "it has no session_started_at"
-        out.append(("budget", f"budgets.wall_clock_hours is {wall.limit:g} but the session start cannot be read "
+        out.append((BlockerClass.BUDGET,
+                    f"budgets.wall_clock_hours is {wall.limit:g} but the session start cannot be read "
                     f"from <EXP_ROOT>/manifest.yaml: {what}",
                     "ask user-interviewer to record session_started_at (UTC ISO-8601) in manifest.yaml"))
     elif wall.spent:
-        out.append(("budget", f"wall-clock budget spent: {wall.used:.2f} hours since the session started at "
+        out.append((BlockerClass.BUDGET, f"wall-clock budget spent: {wall.used:.2f} hours since the session started at "
                     f"{state.session_started_at}, budgets.wall_clock_hours is {wall.limit:g}; nothing was retired "
                     "or applied", FIX))
     return out

@@ -18,6 +18,7 @@ from typing import Any
 
 from deploy_suite import clock, yamlio
 from deploy_suite.record.ledger import atomic_write_text
+from deploy_suite.vocab import RunStatus
 
 MANIFEST_KEY = "cluster_context"
 HISTORY_KEY = "cluster_context_history"
@@ -87,7 +88,8 @@ def _int(value: Any) -> int:
 
 def summarize(path: Path, data: dict[str, Any]) -> LedgerSummary:
     resumes = [r for r in data.get("resumes") or [] if isinstance(r, dict)]
-    failed_runs = (data.get("status") == "failed") + sum(r.get("previous_status") == "failed" for r in resumes)
+    failed_runs = (data.get("status") == RunStatus.FAILED) + sum(r.get("previous_status") == RunStatus.FAILED
+                                                              for r in resumes)
     spans = tuple(dict(a) for a in data.get("allocations") or [] if isinstance(a, dict))
     return LedgerSummary(path, path.parent.name, data.get("status"), data.get("dgd_name"),
                          _int(data.get("gpus_requested")), data.get("torn_down_at"),
@@ -122,7 +124,7 @@ def other_live_gpus(exp_root: Path, current_root: Path, retiring_root: Path | No
         root = led.path.parent.resolve()
         if root == current_root.resolve() or (retiring_root is not None and root == retiring_root.resolve()):
             continue
-        if led.status == "ready" and led.torn_down_at is None:
+        if led.status == RunStatus.READY and led.torn_down_at is None:
             total += led.gpus_requested
             names.append(f"{led.deploy_id}:{led.dgd_name}")
     return total, names

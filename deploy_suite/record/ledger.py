@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from deploy_suite import __version__, clock
 from deploy_suite.errors import LedgerError, SecretLeak
+from deploy_suite.vocab import BlockerClass, RunStatus, StepOutcome
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -265,7 +266,7 @@ def new_document(
         "schema_version": SCHEMA_VERSION,
         "suite_version": __version__,
         "deploy_id": deploy_id,
-        "status": "in_progress",
+        "status": RunStatus.IN_PROGRESS,
         "iteration": iteration,
         "provenance": provenance,
         "review_id": review_id,
@@ -313,7 +314,7 @@ def new_document(
 def new_step(name: str) -> dict[str, Any]:
     return {
         "name": name,
-        "outcome": "not_run",
+        "outcome": StepOutcome.NOT_RUN,
         "started_at": None,
         "ended_at": None,
         "duration_s": None,
@@ -349,10 +350,10 @@ class Ledger:
         """``file`` is EXP_ROOT-relative (the run-scoped copy that was changed in place)."""
         self.data["patches"].append({"file": file, "change": change, "reason": reason, "at": clock.iso_now()})
 
-    def add_blocker(self, step: str, cls: str, message: str, fix: str) -> None:
+    def add_blocker(self, step: str, category: BlockerClass, message: str, fix: str) -> None:
         """Idempotent: a result that records its blockers and the plugin that records the blocker
         a step raised may both add the same one."""
-        entry = {"step": step, "class": cls, "message": message, "fix": fix}
+        entry = {"step": step, "class": category, "message": message, "fix": fix}
         if entry not in self.data["blockers"]:
             self.data["blockers"].append(entry)
 

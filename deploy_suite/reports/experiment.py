@@ -36,6 +36,7 @@ from deploy_suite.reports import iteration as iteration_report
 from deploy_suite.reports.charts import ALLOCATION_COLOUR, STEP_COLOURS, Bar, Lane, Span, budget_svg, legend_html
 from deploy_suite.reports.charts import timeline_svg as _timeline_svg
 from deploy_suite.reports.values import Links, badge, esc, get_list, get_map, html_table, muted, seconds
+from deploy_suite.vocab import BlockerClass, RunStatus, StepOutcome
 from deploy_suite.yamlio import load_one
 
 PAGE = "experiment.html"
@@ -143,7 +144,7 @@ def _top_line(exp: Experiment) -> str:
     blockers = [b for b in get_list(latest.data, "blockers") if isinstance(b, Mapping)]
     # A budget spent since the last run's step 2 is the experiment's blocker too (said once: the
     # last ledger's own budget blocker, when it has one, already says it).
-    if exp.state is not None and not any(b.get("class") == "budget" for b in blockers):
+    if exp.state is not None and not any(b.get("class") == BlockerClass.BUDGET for b in blockers):
         blockers.extend({"step": "budget", "message": message} for _, message, _ in exp.state.blockers)
     said = "; ".join(f"{b.get('step')}: {b.get('message')}" for b in blockers)
     blocked = (f'<b style="color:#cf222e">blockers ({len(blockers)}):</b> {esc(said)}' if blockers
@@ -235,7 +236,8 @@ def _links(it: Iteration, links: Links, root: Path) -> str:
 def _row(it: Iteration, links: Links, root: Path) -> str:
     d = it.data
     status = str(d.get("status"))
-    colour = {"ready": "#1a7f37", "in_progress": "#9a6700"}.get(status, "#cf222e")
+    colours: dict[str, str] = {RunStatus.READY: "#1a7f37", RunStatus.IN_PROGRESS: "#9a6700"}
+    colour = colours.get(status, "#cf222e")
     review = f"<br>{muted(str(d.get('review_id')))}" if d.get("review_id") else ""
     until = d.get("updated_at")
     hours = resume.gpu_hours(d, now=str(until) if until else None)
@@ -360,7 +362,8 @@ def _lane(it: Iteration, retired_by: str | None, last: _dt.datetime | None) -> L
         end = (start + _dt.timedelta(seconds=float(took)) if isinstance(took, int | float)
                else clock.parse_iso(s.get("ended_at")) or start)
         steps.append(Span(start, end, f"{it.deploy_id} {s.get('name')} ({s.get('outcome')})",
-                          STEP_COLOURS.get(str(s.get("name")), "#6e7781"), s.get("outcome") in ("failed", "blocked")))
+                          STEP_COLOURS.get(str(s.get("name")), "#6e7781"), s.get("outcome") in (StepOutcome.FAILED,
+                                                                                                StepOutcome.BLOCKED)))
     allocs = [Span(began, ended or last or began, f"{it.deploy_id} GPUs held"
                    + (" (still held at the last ledger write)" if ended is None else ""), ALLOCATION_COLOUR)
               for began, ended in resume.spans(it.data)]

@@ -1,9 +1,9 @@
 """Render a deployment ledger as HTML, so any ledger (also an old one) can be re-rendered.
 
 The pytest-html report of a run puts ``report_html(ledger)`` at its top (``deploy_suite.plugins.report``);
-``deploy-suite report LEDGER`` calls ``main`` to write a standalone page from a ledger alone. Like
-pytest-html, the data model (the ledger dict) is kept apart from the renderer: nothing here reads
-anything but the ledger.
+``deploy-suite report LEDGER`` calls ``main`` to write a standalone page from a ledger alone. The
+data model (the ledger dict) is kept apart from the renderer, so an archived ledger renders as it
+did on the day: nothing here reads anything but the ledger.
 
 What a reviewer sees, in order: the summary that fits one screen (status, DGD, cluster, endpoint,
 served model, blockers with their fix, failed attempts, next action, one line per step), the
@@ -46,12 +46,16 @@ from deploy_suite.reports.values import (
     value_html,
 )
 from deploy_suite.reports.values import Links as Links  # re-exported: the type of every links= argument
+from deploy_suite.vocab import BlockerClass, RunStatus, StepOutcome
 
-_STATUS_COLOUR = {"ready": "#1a7f37", "in_progress": "#9a6700", "blocked": "#cf222e", "failed": "#cf222e"}
-_OUTCOME_COLOUR = {"passed": "#1a7f37", "failed": "#cf222e", "blocked": "#cf222e", "skipped": "#9a6700",
-                   "not_run": "#6e7781"}
-_OUTCOME_MARK = {"passed": "\u2713", "failed": "\u2717", "blocked": "\u2717", "skipped": "\u21b7",
-                 "not_run": "\u2013"}
+_STATUS_COLOUR: dict[str, str] = {RunStatus.READY: "#1a7f37", RunStatus.IN_PROGRESS: "#9a6700",
+                                  RunStatus.BLOCKED: "#cf222e", RunStatus.FAILED: "#cf222e"}
+_OUTCOME_COLOUR: dict[str, str] = {StepOutcome.PASSED: "#1a7f37", StepOutcome.FAILED: "#cf222e",
+                                   StepOutcome.BLOCKED: "#cf222e", StepOutcome.SKIPPED: "#9a6700",
+                                   StepOutcome.NOT_RUN: "#6e7781"}
+_OUTCOME_MARK: dict[str, str] = {StepOutcome.PASSED: "\u2713", StepOutcome.FAILED: "\u2717",
+                                 StepOutcome.BLOCKED: "\u2717", StepOutcome.SKIPPED: "\u21b7",
+                                 StepOutcome.NOT_RUN: "\u2013"}
 _DOT = " \u00b7 "
 
 
@@ -119,17 +123,18 @@ def next_action(ledger: Mapping[str, Any]) -> str:
     status = ledger.get("status")
     iteration = ledger.get("iteration")
     blockers = ledger.get("blockers") or []
-    if status == "ready":
+    if status == RunStatus.READY:
         endpoint = ledger.get("endpoint") or {}
         target = endpoint.get("target") or ledger.get("frontend_service") or "the frontend"
         return (f"hand off to perf-analyzer: {ledger.get('served_model') or 'the served model'} is answering on "
                 f"{target} in {ledger.get('namespace')} (context {ledger.get('kube_context')})")
-    if status == "blocked" and any(isinstance(b, Mapping) and b.get("class") == "budget" for b in blockers):
+    if status == RunStatus.BLOCKED and any(isinstance(b, Mapping) and b.get("class") == BlockerClass.BUDGET
+                                         for b in blockers):
         return ("the experiment's budget is spent: stop the experiment or ask the user for more budget (nothing "
                 "was retired or applied; the previous deployment is still live)")
-    if status == "blocked" and blockers:
+    if status == RunStatus.BLOCKED and blockers:
         return "fix the blocker, then rerun the same command (a rerun of this candidate resumes in place)"
-    if status == "failed":
+    if status == RunStatus.FAILED:
         return ("read the diagnostics and failed_attempts; make a diagnosis-backed run-scoped patch and rerun, "
                 "or hand off to troubleshooting (no blind retries)")
     step = ledger.get("current_step")
@@ -155,7 +160,7 @@ def _endpoint(ledger: Mapping[str, Any]) -> str:
 def stopped_by(ledger: Mapping[str, Any]) -> tuple[str, str] | None:
     """The step that stopped the run (the first failed or blocked one) and its reason."""
     for step in ledger.get("steps") or []:
-        if isinstance(step, Mapping) and step.get("outcome") in ("failed", "blocked"):
+        if isinstance(step, Mapping) and step.get("outcome") in (StepOutcome.FAILED, StepOutcome.BLOCKED):
             return str(step.get("name")), str(step.get("reason") or step.get("outcome"))
     return None
 
@@ -168,7 +173,7 @@ def step_reason(step: Mapping[str, Any], stopper: str | None = None) -> str:
     that stopped the run (``blocked by step2_validate``); the stopping step points to the top,
     where its reason is shown once (the blockers box, or the "stopped by" line)."""
     reason = str(step.get("reason") or "")
-    if step.get("outcome") == "skipped" and reason.startswith("blocked by "):
+    if step.get("outcome") == StepOutcome.SKIPPED and reason.startswith("blocked by "):
         return reason.split(":", 1)[0]
     if stopper is not None and step.get("name") == stopper and reason:
         return STOPPED_HERE

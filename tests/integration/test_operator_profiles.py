@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from deploy_suite.access.kube import Kube
-from deploy_suite.errors import ClusterError, InputError, KubeError
+from deploy_suite.errors import InputError, KubeError
 from deploy_suite.offline import procs
 from deploy_suite.offline.cluster import CONTROLLERS, OfflineCluster
+from deploy_suite.offline.errors import ClusterError
 from deploy_suite.offline.operator_sim.components import worker_hash
 from tests.integration.replica import (
     ALPHA,

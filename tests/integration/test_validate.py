@@ -148,11 +148,11 @@ def run_validate(kube: Kube, namespace: str, staged: Staged, wl: Obj) -> Validat
 
 
 def classes(report: ValidationReport) -> list[str]:
-    return sorted(b.cls for b in report.blockers)
+    return sorted(b.category for b in report.blockers)
 
 
 def blocker(report: ValidationReport, cls: str) -> str:
-    found = [b.message for b in report.blockers if b.cls == cls]
+    found = [b.message for b in report.blockers if b.category == cls]
     assert len(found) == 1, f"expected one {cls} blocker, got {report.blockers}"
     return found[0]
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from deploy_suite import clock, yamlio
-from deploy_suite.errors import ReconcileError
+from deploy_suite.offline.errors import ReconcileError
 from deploy_suite.offline.operator_sim.controller import _same_status, status_for
 from deploy_suite.offline.operator_sim.plan import build_plan, deployment_readiness
 

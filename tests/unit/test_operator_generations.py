@@ -137,7 +137,7 @@ def test_a_known_permanent_dependency_error_fails_at_first_sight(fake, message: 
 def test_no_multinode_orchestrator_blocks_as_the_platforms_fault(fake, message: str, reason: str | None) -> None:
     with pytest.raises(StepBlocked) as caught:
         judge(ready_condition(fake[1]), dgd("failed", ready=False, message=message, reason=reason))
-    assert caught.value.cls == "platform" and "multinode" in caught.value.message
+    assert caught.value.category == "platform" and "multinode" in caught.value.message
 
 
 # ------------------------------------------------------------------ platform faults
@@ -168,7 +168,7 @@ def test_a_platform_fault_during_readiness_blocks_after_its_grace_without_a_fail
     run = make_run(tmp_path, step="step6_readiness")
     started = api.fake_clock.monotonic() if api.fake_clock else 0.0
     error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
-    assert isinstance(error, StepBlocked) and error.cls == "platform" and "conversion webhook" in error.message
+    assert isinstance(error, StepBlocked) and error.category == "platform" and "conversion webhook" in error.message
     assert api.fake_clock is not None and api.fake_clock.monotonic() - started >= PLATFORM_GRACE_S
     assert not partial.failed_attempt and partial.teardown["action"] == "kept" and api.of("DELETE") == []
 
@@ -180,7 +180,7 @@ def test_a_platform_fault_at_the_apply_blocks(fake, tmp_path: Path) -> None:
     run = make_run(tmp_path, step="step5_apply")
     with pytest.raises(StepBlocked) as caught:
         apply.apply(run, kube)
-    assert caught.value.cls == "platform" and "vdynamographdeployment.kb.io" in caught.value.message
+    assert caught.value.category == "platform" and "vdynamographdeployment.kb.io" in caught.value.message
 
 
 def test_readiness_records_how_the_status_was_judged_current(fake, tmp_path: Path) -> None:
@@ -237,7 +237,7 @@ def test_a_refusal_to_create_pods_is_judged_at_once(fake, kind: str, name: str, 
 def test_an_unreachable_pod_webhook_blocks_as_a_platform_fault(fake) -> None:
     with pytest.raises(StepBlocked) as caught:
         below(fake[1], warning("ReplicaSet", "demo-frontend-5c4", UNREACHABLE))
-    assert caught.value.cls == "platform"
+    assert caught.value.category == "platform"
 
 
 @pytest.mark.parametrize(("event", "pods"), [

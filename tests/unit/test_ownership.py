@@ -92,7 +92,7 @@ def test_step2_gates_the_candidates_dgd_and_the_retired_one(fake: tuple[FakeApi,
     check.check_ownership(SimpleNamespace(name="demo"))  # type: ignore[arg-type]
     assert [b.message.split("; ")[1].removesuffix(": refused before any change") for b in check.report.blockers] \
         == blocked
-    assert {b.cls for b in check.report.blockers} <= {"ownership"}
+    assert {b.category for b in check.report.blockers} <= {"ownership"}
     assert [(o["dgd"], o["state"]) for o in check.ev["ownership"]] == [
         ("demo", "absent" if candidate is None else "ours" if candidate == MINE else "foreign"),
         ("old", "absent" if retired is None else "ours" if retired == MINE else "foreign")]

@@ -120,7 +120,7 @@ def test_a_blocked_preflight_raises_the_last_blocker_counting_the_others(
     with pytest.raises(StepBlocked) as caught:
         validate.preflight(fake_run(tmp_path), SimpleNamespace(context=CONTEXT))  # type: ignore[arg-type]
     error = caught.value
-    assert (error.cls, error.fix) == ("gpu-capacity", "free GPUs")
+    assert (error.category, error.fix) == ("gpu-capacity", "free GPUs")
     assert error.message == "GPU capacity insufficient: 8 > 4 (and 2 more blocker(s) in the ledger)"
     assert isinstance(error.result, Preflight) and error.result.served_model == "m"
 
@@ -141,7 +141,7 @@ def test_recording_a_blocked_preflight_writes_the_step2_sections_as_the_plugin_d
 
     # What plugins/ledger.py does with a StepBlocked carrying a result: record it, then the blocker.
     run.record(stop.result)  # type: ignore[arg-type]
-    run.ledger.add_blocker("step2_validate", stop.cls, stop.message, stop.fix)
+    run.ledger.add_blocker("step2_validate", stop.category, stop.message, stop.fix)
 
     data = run.ledger.data
     assert data["patches"] == [{"file": "applied_manifests/deploy.yaml", "change": "add toleration",
@@ -171,7 +171,7 @@ def test_a_spent_budget_blocks_step2_last_and_the_budget_section_is_recorded(
     with pytest.raises(StepBlocked) as caught:
         validate.preflight(run, SimpleNamespace(context=CONTEXT))  # type: ignore[arg-type]
     error = caught.value
-    assert error.cls == "budget" and error.message.startswith(
+    assert error.category == "budget" and error.message.startswith(
         "failed-deploy budget spent: 1 failed deploy(s) recorded in the experiment's ledgers (deploy-iter-004: 1)")
     assert error.message.endswith("(and 1 more blocker(s) in the ledger)")
     result = error.result

@@ -156,7 +156,7 @@ def test_a_live_dgd_that_is_neither_iterations_blocks_and_is_not_deleted(fake, t
     api.put(DGD, {**fakekube.dgd("demo", NS), "metadata": {"name": "demo", "namespace": NS, "uid": "uid-other"}})
     with pytest.raises(StepBlocked, match="has uid uid-other, neither iteration 0's") as caught:
         retire.retire(run, kube)
-    assert caught.value.cls == "ownership" and api.of("DELETE") == []
+    assert caught.value.category == "ownership" and api.of("DELETE") == []
     assert prev_ledger(previous)["torn_down_at"] is None
 
 
@@ -177,7 +177,7 @@ def test_step_3_deletes_only_when_the_uid_and_the_field_manager_both_say_ours(
     api.put(DGD, with_uid(fakekube.dgd("demo", NS, manager=kube.field_manager if manager == "ours" else manager), uid))
     with pytest.raises(StepBlocked) as caught:
         retire.retire(run, kube)
-    assert caught.value.cls == "ownership"
+    assert caught.value.category == "ownership"
     assert caught.value.message == f"DynamoGraphDeployment {NS}/demo is live and {'; '.join(says)}; step 3 refuses " \
                                    "to delete it"
     assert api.of("DELETE") == [] and prev_ledger(previous)["torn_down_at"] is None
@@ -253,7 +253,7 @@ def test_capacity_excludes_the_reruns_own_pods(fake, tmp_path: Path) -> None:
         checker = Validator(kube, ValidationInputs(NS, deploy, {}, None, {}, tmp_path, own=own))
         checker.nodes = [node("n1", gpus=1)]
         checker.check_capacity(load_dgd(deploy))
-        outcomes[own] = (checker.report.capacity or {}).get("capacity"), [b.cls for b in checker.report.blockers]
+        outcomes[own] = (checker.report.capacity or {}).get("capacity"), [b.category for b in checker.report.blockers]
     # One GPU on the cluster, held by the rerun's own worker: blocked by itself before, sufficient now.
     assert outcomes[None] == ("insufficient", ["gpu-capacity"])
     assert outcomes[(NS, "demo")] == ("sufficient", [])

@@ -317,7 +317,7 @@ def test_the_apply_never_changes_a_same_named_dgd_of_someone_else(fake, tmp_path
     api.put(DGD, fakekube.dgd("demo", NS, manager="someone-else"))
     run = make_run(tmp_path, step="step5_apply")
     error, _ = fail_with_result(lambda: apply.apply(run, kube))
-    assert error.cls == "ownership"
+    assert error.category == "ownership"
     assert error.message == (f"DynamoGraphDeployment {NS}/demo exists and was not created by this experiment "
                              "(field managers: someone-else); step 5 refuses to apply over it")
     assert [r.method for r in api.requests] == ["GET"]  # read, never written
@@ -341,7 +341,7 @@ def test_retire_never_deletes_a_same_named_dgd_of_someone_else(fake, tmp_path: P
     run = make_run(tmp_path, iteration=1, previous=previous)
     with pytest.raises(StepBlocked, match="step 3 refuses to delete it") as caught:
         retire.retire(run, kube)
-    assert caught.value.cls == "ownership" and "field managers: none" in caught.value.message
+    assert caught.value.category == "ownership" and "field managers: none" in caught.value.message
     assert not api.of("DELETE") and api.objects[(f"/apis/{DGD.group}/{DGD.version}", DGD.plural)][(NS, "demo")]
     assert json.loads(previous.ledger_path.read_text())["torn_down_at"] is None
 

@@ -183,7 +183,7 @@ def test_the_validator_blocks_a_sku_mismatch_and_records_the_evidence(tmp_path: 
     v.nodes = DEFAULT_POOL
     v.check_sku(dgd(pod_spec=ON_H100))
     (finding,) = v.report.blockers
-    assert finding.cls == "gpu-sku" and "h100-reserved-0" in finding.message and "nodeSelector" in finding.fix
+    assert finding.category == "gpu-sku" and "h100-reserved-0" in finding.message and "nodeSelector" in finding.fix
     assert v.report.evidence["gpu_sku"]["outcome"] == "mismatch"
 
 

@@ -546,7 +546,7 @@ def test_plan_without_a_served_model_blocks(tmp_path: Path) -> None:
     text = beta_dgd().replace(f", --served-model-name, {MODEL}", "").replace("--model, Qwen/Qwen3-0.6B", "--tp, '1'")
     with pytest.raises(StepBlocked) as caught:
         smoke.plan(plan_run(tmp_path, text), FakeKube(pods=[pod("w-0")]))  # type: ignore[arg-type]
-    assert (caught.value.cls, caught.value.fix) == ("served-model", "pass --served-model NAME")
+    assert (caught.value.category, caught.value.fix) == ("served-model", "pass --served-model NAME")
     assert caught.value.message == "no served model name found in the DGD"
 
 

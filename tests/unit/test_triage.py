@@ -10,6 +10,7 @@ from deploy_suite.errors import StepFailure, WaitTimeout
 from deploy_suite.judges import conditions, triage
 from deploy_suite.model.scheduling import pod_request, quantity
 from deploy_suite.procedure.smoke import parse_instance_id
+from deploy_suite.vocab import TriageCategory
 from tests import fakekube
 
 TAINT_AND_SELECTOR = ("0/4 nodes are available: 1 node(s) had untolerated taint(s), 3 node(s) didn't match Pod's "
@@ -45,24 +46,24 @@ def ev(message):
 
 def test_an_untolerated_taint_is_a_failed_deploy_that_names_the_taint():
     v = triage.triage_pending(pod(selector={"p": "h100"}), ev(TAINT_AND_SELECTOR), NODES)
-    assert v is not None and v.category == triage.FAILED_DEPLOY and not v.can_wait
+    assert v is not None and v.category == TriageCategory.FAILED_DEPLOY and not v.can_wait
     assert "example.com/reserved-for=tenant-b:NoSchedule" in v.diagnosis and "h100-0" in v.diagnosis
 
 
 def test_insufficient_gpus_on_eligible_nodes_is_contention_with_a_next_check():
     v = triage.triage_pending(pod(gpus=8, selector={"p": "h200"}), ev(INSUFFICIENT), NODES)
-    assert v is not None and v.category == triage.CONTENTION and v.can_wait and v.next_check_s == 30.0
+    assert v is not None and v.category == TriageCategory.CONTENTION and v.can_wait and v.next_check_s == 30.0
     assert "waiting for capacity (nvidia.com/gpu) on otherwise-eligible nodes" in v.diagnosis
 
 
 def test_a_request_no_eligible_node_can_hold_is_a_failed_deploy_not_contention():
     v = triage.triage_pending(pod(gpus=9), ev(INSUFFICIENT), NODES)
-    assert v is not None and v.category == triage.FAILED_DEPLOY and "asks 9 GPUs" in v.diagnosis
+    assert v is not None and v.category == TriageCategory.FAILED_DEPLOY and "asks 9 GPUs" in v.diagnosis
 
 
 def test_an_unbound_pvc_is_a_dependency_problem():
     v = triage.triage_pending(pod(), ev(UNBOUND), NODES)
-    assert v is not None and v.category == triage.DEPENDENCY and not v.can_wait
+    assert v is not None and v.category == TriageCategory.DEPENDENCY and not v.can_wait
 
 
 def test_a_new_pod_without_a_scheduler_verdict_is_not_triaged():
@@ -72,7 +73,7 @@ def test_a_new_pod_without_a_scheduler_verdict_is_not_triaged():
 def test_the_newest_event_decides():
     events = ev(INSUFFICIENT) + ev(TAINT_AND_SELECTOR)
     v = triage.triage_pending(pod(selector={"p": "h100"}), events, NODES)
-    assert v is not None and v.category == triage.FAILED_DEPLOY
+    assert v is not None and v.category == TriageCategory.FAILED_DEPLOY
 
 
 def waiting(reason, message="", restarts=0, terminated=None):
@@ -97,35 +98,35 @@ NETWORK = 'failed to pull and unpack image "nvcr.io/x:1": dial tcp 10.0.0.1:443:
 @pytest.mark.parametrize(("pod_", "category", "words"), [
     (waiting("CrashLoopBackOff", restarts=1), None, ""),  # the first restart may recover
     (waiting("CrashLoopBackOff", "back-off 10s restarting failed container", restarts=2,
-             terminated={"reason": "OOMKilled", "exitCode": 137}), triage.CRASH,
+             terminated={"reason": "OOMKilled", "exitCode": 137}), TriageCategory.CRASH,
      "last terminated: OOMKilled (exit code 137)"),
-    (waiting("CrashLoopBackOff", restarts=6, terminated={"exitCode": 1}), triage.CRASH,
+    (waiting("CrashLoopBackOff", restarts=6, terminated={"exitCode": 1}), TriageCategory.CRASH,
      "last terminated: Error (exit code 1)"),
-    (waiting("ErrImagePull", AUTH_401), triage.DEPENDENCY, "pull secret"),
+    (waiting("ErrImagePull", AUTH_401), TriageCategory.DEPENDENCY, "pull secret"),
     (waiting("ImagePullBackOff", "Back-off pulling image \"nvcr.io/x:1\": ErrImagePull: 403 Forbidden: denied"),
-     triage.DEPENDENCY, "authorization"),
-    (waiting("ErrImagePull", TAG_NOT_FOUND), triage.CRASH, "does not exist"),
-    (waiting("ErrImagePull", "manifest unknown: manifest tagged by \"nope\" is not found"), triage.CRASH,
+     TriageCategory.DEPENDENCY, "authorization"),
+    (waiting("ErrImagePull", TAG_NOT_FOUND), TriageCategory.CRASH, "does not exist"),
+    (waiting("ErrImagePull", "manifest unknown: manifest tagged by \"nope\" is not found"), TriageCategory.CRASH,
      "does not exist"),
-    (waiting("ErrImagePull", NETWORK), triage.PULL_RETRY, "retries"),
-    (waiting("ErrImagePull", TRUNCATED), triage.PULL_RETRY, "retries"),  # the cause was cut: not final
+    (waiting("ErrImagePull", NETWORK), TriageCategory.PULL_RETRY, "retries"),
+    (waiting("ErrImagePull", TRUNCATED), TriageCategory.PULL_RETRY, "retries"),  # the cause was cut: not final
     (waiting("CreateContainerConfigError", "couldn't find key SECURE_DATA in Secret default/deno-demo-secret"),
-     triage.DEPENDENCY, "couldn't find key SECURE_DATA"),
-    (waiting("InvalidImageName", "Failed to apply default image tag"), triage.CRASH, "InvalidImageName"),
+     TriageCategory.DEPENDENCY, "couldn't find key SECURE_DATA"),
+    (waiting("InvalidImageName", "Failed to apply default image tag"), TriageCategory.CRASH, "InvalidImageName"),
     (waiting("ContainerCreating"), None, ""),
 ])
 def test_each_container_case_is_triaged_by_whether_waiting_can_help(pod_, category, words):
     v = triage.triage_containers(pod_)
     assert (v.category if v else None) == category
     if v is not None:
-        assert words in v.diagnosis and v.can_wait is (category == triage.PULL_RETRY)
+        assert words in v.diagnosis and v.can_wait is (category == TriageCategory.PULL_RETRY)
 
 
 def test_a_back_off_without_its_cause_is_judged_with_the_pull_events():
     pod_ = waiting("ImagePullBackOff", 'Back-off pulling image "nvcr.io/x:1"')
-    assert triage.triage_containers(pod_).category == triage.PULL_RETRY
+    assert triage.triage_containers(pod_).category == TriageCategory.PULL_RETRY
     v = triage.triage_containers(pod_, [TAG_NOT_FOUND])
-    assert v.category == triage.CRASH and any(TAG_NOT_FOUND in e for e in v.evidence)
+    assert v.category == TriageCategory.CRASH and any(TAG_NOT_FOUND in e for e in v.evidence)
 
 
 def test_readiness_reads_the_pull_events_once_and_fails_on_a_tag_that_does_not_exist(fake):
@@ -137,7 +138,7 @@ def test_readiness_reads_the_pull_events_once_and_fails_on_a_tag_that_does_not_e
                              "message": TAG_NOT_FOUND, "involvedObject": {"kind": "Pod", "name": "d-worker-0"}})
     with pytest.raises(StepFailure) as caught:
         kube.wait(ready_wait(kube), timeout=1200)
-    assert caught.value.category == triage.CRASH and caught.value.failed_attempt
+    assert caught.value.category == TriageCategory.CRASH and caught.value.failed_attempt
     assert len(event_reads(api)) == 1
 
 
@@ -151,7 +152,7 @@ def test_readiness_waits_on_a_pull_the_kubelet_retries_and_on_a_first_restart(fa
     wait = ready_wait(kube, expected=2)
     with pytest.raises(WaitTimeout):
         kube.wait(wait, timeout=60)
-    assert [c["category"] for c in wait.contention] == [triage.PULL_RETRY]
+    assert [c["category"] for c in wait.contention] == [TriageCategory.PULL_RETRY]
 
 
 def test_a_running_container_is_not_a_crash():
@@ -211,7 +212,7 @@ def job_wait_stopped(api, kube, message):
 
 def test_a_job_pod_that_can_never_schedule_stops_the_job_wait_with_the_schedulers_words(fake):
     caught = job_wait_stopped(*fake, TAINT_AND_SELECTOR)
-    assert caught.value.category == triage.FAILED_DEPLOY
+    assert caught.value.category == TriageCategory.FAILED_DEPLOY
     assert str(caught.value).startswith("model-download job model-download cannot run: pod model-download-x can "
                                         "never schedule as written")
     assert caught.value.evidence == [f"pod model-download-x: FailedScheduling: {TAINT_AND_SELECTOR}"]
@@ -219,7 +220,7 @@ def test_a_job_pod_that_can_never_schedule_stops_the_job_wait_with_the_scheduler
 
 def test_a_job_pod_on_an_unbound_claim_is_a_dependency(fake):
     caught = job_wait_stopped(*fake, UNBOUND)
-    assert caught.value.category == triage.DEPENDENCY and not caught.value.failed_attempt
+    assert caught.value.category == TriageCategory.DEPENDENCY and not caught.value.failed_attempt
 
 
 NOT_FOUND = '0/4 nodes are available: persistentvolumeclaim "model-cache" not found.'
@@ -240,7 +241,7 @@ def test_a_claim_the_scheduler_has_not_seen_yet_is_waited_for_not_a_dependency(f
 
 def test_a_claim_that_really_does_not_exist_is_a_dependency(fake):
     caught = job_wait_stopped(*fake, NOT_FOUND)
-    assert caught.value.category == triage.DEPENDENCY and "model-cache" in str(caught.value)
+    assert caught.value.category == TriageCategory.DEPENDENCY and "model-cache" in str(caught.value)
 
 
 def test_a_job_pod_waiting_for_capacity_waits_and_the_job_completes(fake):
@@ -274,7 +275,7 @@ def test_readiness_records_contention_and_triages_each_new_verdict_once(fake):
                                              "(nvidia.com/gpu) on otherwise-eligible nodes; next check in 45s")
     assert judge(first) == (done, description) and len(event_reads(api)) == 1  # the same verdict: not re-read
     judge(pending("d-worker-0", INSUFFICIENT, DGD_LABEL, gpus=8, at="2026-01-01T00:01:00Z"))
-    assert len(event_reads(api)) == 2 and [c["category"] for c in wait.contention] == [triage.CONTENTION] * 2
+    assert len(event_reads(api)) == 2 and [c["category"] for c in wait.contention] == [TriageCategory.CONTENTION] * 2
     assert wait.contention[0]["can_wait"] and wait.contention[0]["next_check_at_s"] == 45.0
     bound = fakekube.pod("d-worker-0", NS, labels=DGD_LABEL, gpus=8, node="h200-0", phase="Running", ready=True)
     assert judge(bound)[0] is False  # the DGD is not Ready yet
@@ -303,7 +304,7 @@ def test_readiness_stops_at_once_on_a_request_no_node_can_hold(fake):
     scheduled(api, "d-worker-0", INSUFFICIENT, DGD_LABEL, gpus=9)
     with pytest.raises(StepFailure) as caught:
         kube.wait(ready_wait(kube), timeout=1200)
-    assert caught.value.category == triage.FAILED_DEPLOY and caught.value.failed_attempt
+    assert caught.value.category == TriageCategory.FAILED_DEPLOY and caught.value.failed_attempt
     assert "asks 9 GPUs but no eligible node has more than 8" in str(caught.value)
 
 
@@ -314,19 +315,19 @@ def test_without_node_access_readiness_judges_from_the_message_alone(fake):
     wait = ready_wait(kube, nodes=None)
     with pytest.raises(WaitTimeout):
         kube.wait(wait, timeout=30)
-    assert [c["category"] for c in wait.contention] == [triage.CONTENTION]
+    assert [c["category"] for c in wait.contention] == [TriageCategory.CONTENTION]
 
 
-@pytest.mark.parametrize(("reason", "category"), [("CrashLoopBackOff", triage.CRASH),
+@pytest.mark.parametrize(("reason", "category"), [("CrashLoopBackOff", TriageCategory.CRASH),
                                                   # a missing secret key: a dependency, not a failed attempt
-                                                  ("CreateContainerConfigError", triage.DEPENDENCY)])
+                                                  ("CreateContainerConfigError", TriageCategory.DEPENDENCY)])
 def test_readiness_names_the_container_failure_of_any_pod(fake, reason, category):
     api, kube = fake
     api.put(DGD, fakekube.dgd("d", NS))
     api.put(KNOWN["Pod"], fakekube.pod("d-worker-0", NS, labels=DGD_LABEL, waiting=reason))
     with pytest.raises(StepFailure) as caught:
         kube.wait(ready_wait(kube), timeout=1200)
-    assert caught.value.category == category and caught.value.failed_attempt is (category == triage.CRASH)
+    assert caught.value.category == category and caught.value.failed_attempt is (category == TriageCategory.CRASH)
     assert caught.value.evidence == [f"pod d-worker-0 container main waiting: {reason}"]
 
 
@@ -337,13 +338,13 @@ def test_a_contention_wait_is_triaged_again_when_its_next_check_comes(fake):
     waiting = pending("d-w-0", INSUFFICIENT, DGD_LABEL)
     triager = conditions.PendingTriage(kube, NS, recheck_s=45.0)
     first = triager.verdict(waiting)
-    assert first is not None and first.category == triage.CONTENTION and first.next_check_s == 45.0
+    assert first is not None and first.category == TriageCategory.CONTENTION and first.next_check_s == 45.0
     assert triager.verdict(waiting) is None  # the same message, not yet due
     fake_clock = clock.current()
     assert isinstance(fake_clock, clock.FakeClock)
     fake_clock.advance(46)
     again = triager.verdict(waiting)
-    assert again is not None and again.category == triage.CONTENTION
+    assert again is not None and again.category == TriageCategory.CONTENTION
     assert len(event_reads(api)) == 2
     assert triager.verdict(waiting) is None  # due again only 45 s later
 
@@ -367,14 +368,14 @@ SIZED = [sized_node("h200-0", "64", "1000Gi"), sized_node("h200-1", "64", "2000G
 def test_more_memory_than_any_node_has_is_a_failed_attempt_not_contention():
     verdict = triage.triage_pending(memory_pod("64Ti"), ev("0/2 nodes are available: 2 Insufficient memory."),
                                     SIZED)
-    assert verdict is not None and verdict.category == triage.FAILED_DEPLOY and not verdict.can_wait
+    assert verdict is not None and verdict.category == TriageCategory.FAILED_DEPLOY and not verdict.can_wait
     assert "requests 7.03687e+13 memory but no eligible node has more than 2.14748e+12" in verdict.diagnosis
 
 
 def test_memory_some_node_could_hold_once_freed_is_contention():
     verdict = triage.triage_pending(memory_pod("1500Gi"), ev("0/2 nodes are available: 2 Insufficient memory."),
                                     SIZED)
-    assert verdict is not None and verdict.category == triage.CONTENTION and verdict.can_wait
+    assert verdict is not None and verdict.category == TriageCategory.CONTENTION and verdict.can_wait
 
 
 @pytest.mark.parametrize(("raw", "value"), [("500m", 0.5), ("64Gi", 64 * 2**30), ("1e3", 1000.0), ("2k", 2000.0),

@@ -16,6 +16,7 @@ from deploy_suite.access.kube import DGD, KNOWN
 from deploy_suite.errors import StepBlocked, WaitTimeout
 from deploy_suite.judges import conditions, triage
 from deploy_suite.judges import objects as triage_objects
+from deploy_suite.vocab import Action, TriageCategory
 from tests import fakekube
 from tests.unit.test_triage import DGD_LABEL, NS, fake, ready_wait, scheduled  # noqa: F401 (fixture)
 
@@ -141,18 +142,18 @@ def test_a_broken_device_plugin_on_the_eligible_nodes_only_is_a_platform_fault()
     pod = {**gpu_pod("w", 4), "spec": {**gpu_pod("w", 4)["spec"], "nodeSelector": {"pool": "h200"}}}
     nodes = [node("h200-0", 0, {"pool": "h200", "nvidia.com/gpu.present": "true"}), node("h100-0", 8, {"pool": "h100"})]
     v = triage.triage_pending(pod, [ev("w", "FailedScheduling", INSUFFICIENT_GPU)], nodes)
-    assert v is not None and v.category == triage.PLATFORM and "h200-0 advertise no allocatable" in v.diagnosis
+    assert v is not None and v.category == TriageCategory.PLATFORM and "h200-0 advertise no allocatable" in v.diagnosis
     nodes[0]["status"]["allocatable"]["nvidia.com/gpu"] = "8"
     v = triage.triage_pending(pod, [ev("w", "FailedScheduling", INSUFFICIENT_GPU)], nodes)
-    assert v is not None and v.category == triage.CONTENTION  # some GPUs there: capacity, not the plugin
+    assert v is not None and v.category == TriageCategory.CONTENTION  # some GPUs there: capacity, not the plugin
 
 
 def test_a_kai_shortage_of_an_oversized_pod_is_a_failed_attempt_with_nodes():
     kai = "No nodes with enough resources were found: 2 node(s) didn't have enough resources: GPUs."
     v = triage.triage_pending(gpu_pod("w", 16), [ev("w", "Unschedulable", kai)], [node("a", 8), node("b", 8)])
-    assert v is not None and v.action == triage.FAILED_ATTEMPT and "asks 16 GPUs" in v.diagnosis
+    assert v is not None and v.action == Action.FAILED_ATTEMPT and "asks 16 GPUs" in v.diagnosis
     v = triage.triage_pending(gpu_pod("w", 8), [ev("w", "Unschedulable", kai)], [node("a", 8), node("b", 8)])
-    assert v is not None and v.action == triage.WAIT and v.category == triage.CONTENTION
+    assert v is not None and v.action == Action.WAIT and v.category == TriageCategory.CONTENTION
 
 
 # ------------------------------------------------------------------ how speakers combine
@@ -197,7 +198,7 @@ def test_readiness_is_blocked_not_failed_when_no_node_advertises_a_gpu(fake):  #
     scheduled(api, "d-worker-0", INSUFFICIENT_GPU, DGD_LABEL, gpus=1)
     with pytest.raises(StepBlocked) as caught:
         kube.wait(ready_wait(kube, nodes=[node("h200-0", 0), node("cpu-0", 0)]), timeout=1200)
-    assert caught.value.cls == "platform" and "GPU device plugin is absent" in caught.value.message
+    assert caught.value.category == "platform" and "GPU device plugin is absent" in caught.value.message
     assert "evidence: pod d-worker-0: FailedScheduling: 0/3 nodes are available" in caught.value.message
 
 
@@ -212,7 +213,7 @@ def test_step_6_and_the_cli_give_one_verdict_on_the_same_pod(fake):  # noqa: F81
     events = [{**e, "kind": "Event"} for e in kube.events_for("d-worker-0", NS)]
     [cli_view] = triage_objects.triage_all(events, [{**pod, "kind": "Pod"}], nodes)
     assert step6 is not None and step6.as_dict() == cli_view.verdict.as_dict()
-    assert step6.category == triage.FAILED_DEPLOY and "asks 16 GPUs" in step6.diagnosis
+    assert step6.category == TriageCategory.FAILED_DEPLOY and "asks 16 GPUs" in step6.diagnosis
 
 
 # ------------------------------------------------------------------ wordings beyond the vectors
@@ -274,4 +275,4 @@ def test_a_nominated_node_turns_a_selector_refusal_into_a_wait_in_step_6(fake): 
     wait = ready_wait(kube)
     with pytest.raises(WaitTimeout):
         kube.wait(wait, timeout=30)
-    assert [c["category"] for c in wait.contention] == [triage.PROVISIONING]
+    assert [c["category"] for c in wait.contention] == [TriageCategory.PROVISIONING]

@@ -212,7 +212,7 @@ def test_an_unreachable_webhook_blocks_as_a_platform_fault_and_charges_no_budget
     for blocker in out.blockers:
         report.block(*blocker)
     stop = Preflight(report, None, None, []).blocked()
-    assert isinstance(stop, StepBlocked) and stop.cls == "platform"
+    assert isinstance(stop, StepBlocked) and stop.category == "platform"
     ledger_dir = tmp_path / "artifacts" / "deploy-iter-000"
     ledger_dir.mkdir(parents=True)
     (ledger_dir / "deployment_ledger.json").write_text('{"status": "blocked", "failed_attempts": []}')
@@ -258,6 +258,7 @@ def test_step2_as_a_whole_dry_runs_the_same_named_candidate_as_a_create(
     report = validate.validate(kube, validate.ValidationInputs(
         namespace=NS, deploy_path=deploy, support_paths={}, baseline_dgd_path=None, workload={},
         display_root=tmp_path, retiring=(NS, "llm"), retiring_uid=PREV_UID))
-    assert "dry-run" not in [b.cls for b in report.blockers] and "platform" not in [b.cls for b in report.blockers]
+    found = [b.category for b in report.blockers]
+    assert "dry-run" not in found and "platform" not in found
     assert report.evidence["dgd_dry_run"]["mode"] == "create-as"
     assert report.evidence["platform"]["dgd_api"]["used"]["DynamoGraphDeployment"] == "v1alpha1"

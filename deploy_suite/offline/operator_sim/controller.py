@@ -22,9 +22,10 @@ from typing import Any
 from deploy_suite import clock
 from deploy_suite.access.kube import Kube, Obj, Resource, translate
 from deploy_suite.constants import DGD_GROUP, DGD_KIND, DGD_PLURAL, LABEL_DGD_NAME
-from deploy_suite.errors import Invalid, KubeError, NotFound, ReconcileError
+from deploy_suite.errors import Invalid, KubeError, NotFound
 from deploy_suite.model.dgd import Component
 from deploy_suite.offline import dynamo_env
+from deploy_suite.offline.errors import ReconcileError
 from deploy_suite.offline.operator_sim import components, faultswitch, grove, multinode, profiles
 from deploy_suite.offline.operator_sim.plan import Plan, build_plan, child_name, deployment_readiness, is_alpha
 from deploy_suite.offline.operator_sim.serving import Servings

@@ -27,9 +27,10 @@ from deploy_suite.constants import (
     V1ALPHA1,
     V1BETA1,
 )
-from deploy_suite.errors import InputError, ReconcileError
+from deploy_suite.errors import InputError
 from deploy_suite.model.dgd import COMPONENT_TYPES, MAIN_CONTAINER, WORKER_TYPES, Component, Dgd, from_documents
 from deploy_suite.model.podspec import flag_value, split_args
+from deploy_suite.offline.errors import ReconcileError
 
 Obj = dict[str, Any]
 
