@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deploy_suite.constants import GPU_RESOURCE
-from deploy_suite.judges import words
+from deploy_suite.judges import signatures, words
 from deploy_suite.judges.words import ACTIONS as ACTIONS
 from deploy_suite.judges.words import CONTENTION as CONTENTION
 from deploy_suite.judges.words import CRASH as CRASH
@@ -314,7 +314,25 @@ def _pull_verdict(container: str, reason: str, message: str, causes: Sequence[st
                    f"the pull; {message}", evidence, can_wait=True)
 
 
-def triage_containers(pod: Obj, pull_causes: Sequence[str] = ()) -> Verdict | None:
+def from_signature(container: str, cs: Obj, lines: Sequence[str], restarts: int) -> Verdict | None:
+    """A terminated container judged by its own words (:mod:`deploy_suite.judges.signatures`): a
+    decisive signature at the first termination, a transient one once the crash loop persists."""
+    ended = signatures.termination(cs)
+    if not ended or (ended.get("exitCode") == 0 and ended.get("reason") != signatures.OOM_REASON):
+        return None
+    found = signatures.judge(cs, lines)
+    if found is None or (not found.signature.decisive and restarts < CRASH_LOOP_RESTARTS):
+        return None
+    sig = found.signature
+    named = sig.names + (f": {found.detail}" if found.detail else "")
+    ended_as = f" ({last_terminated(cs)}, restarts {restarts})" if cs.get("name") else ""
+    return Verdict(sig.category, f"{container}: {sig.id}{ended_as}, naming {named}: {sig.fix} "
+                   f"({_HINTS[sig.category]}); its words: {found.line}", [f"{container} said: {found.line}", f"signature {sig.id}: {sig.source}"],
+                   decisive=True)
+
+
+def triage_containers(pod: Obj, pull_causes: Sequence[str] = (),
+                      logs: Mapping[str, Sequence[str]] | None = None) -> Verdict | None:
     """A container's waiting state, judged by whether waiting can help.
 
     * ``CrashLoopBackOff`` from ``CRASH_LOOP_RESTARTS`` restarts: a failed attempt (``crash``); the
@@ -329,6 +347,8 @@ def triage_containers(pod: Obj, pull_causes: Sequence[str] = ()) -> Verdict | No
       (``nvidia-container-cli``, an OCI hook): ``platform``, the node's fault, not the candidate's.
 
     The last termination (reason and exit code, e.g. ``OOMKilled`` 137) is named in the diagnosis.
+    ``logs`` (container name to its last log lines) and the termination message are read first:
+    a failure signature decides at the first termination (:func:`from_signature`).
     """
     name = str((pod.get("metadata") or {}).get("name"))
     status = pod.get("status") or {}
@@ -346,11 +366,15 @@ def triage_containers(pod: Obj, pull_causes: Sequence[str] = ()) -> Verdict | No
             return Verdict(PLATFORM, f"{container}: {reason}: the node's GPU container runtime fails before the "
                            f"process starts (a platform fault, not the candidate's): {' '.join(runtime.split())}",
                            [*evidence, f"{container}: {' '.join(runtime.split())}"])
+        said = from_signature(container, cs, (logs or {}).get(str(cs.get("name")), ()), restarts)
+        if said is not None:
+            return said
         if reason == "CrashLoopBackOff":
             if restarts < CRASH_LOOP_RESTARTS:
                 continue
-            return Verdict(CRASH, f"{container}: CrashLoopBackOff{': ' + message if message else ''}{detail}", evidence,
-                           decisive=True)
+            cause = signatures.exit_cause(cs)
+            return Verdict(CRASH, f"{container}: CrashLoopBackOff{': ' + message if message else ''}{detail}"
+                           f"{'; ' + cause if cause else ''}", evidence, decisive=True)
         if reason in IMAGE_PULL_REASONS:
             return _pull_verdict(container, reason, message, pull_causes)
         if reason == "CreateContainerConfigError":
