@@ -90,6 +90,30 @@ def triage_logs(subject: str, logs: Logs) -> Verdict | None:
     return None
 
 
+def triage_rejected(pod: Obj, subject: str) -> Verdict | None:
+    """A pod ``Failed`` before it ran: the kubelet's admission (``OutOf<resource>``,
+    ``UnexpectedAdmissionError``, ``NodeAffinity``) or an eviction, judged by its reason."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Failed" or not status.get("reason"):
+        return None
+    reason, message = str(status["reason"]), str(status.get("message") or "")
+    said = words.judge_node(reason, message) or words.judge_kubelet(reason, message) or \
+        words.Words(words.UNKNOWN, words.KUBELET, f"the pod failed ({reason})")
+    return triage.from_words(subject, f"status {reason}", message, said)
+
+
+def _last_errors(subject: str, obj: Obj, recheck_s: float) -> list[Verdict]:
+    """Grove's ``status.lastErrors`` (PodCliqueSet, PodClique, PodCliqueScalingGroup: code and
+    description of the last reconcile errors), judged by the words they relay."""
+    found = []
+    for err in (obj.get("status") or {}).get("lastErrors") or []:
+        code, text = str(err.get("code") or "lastError"), str(err.get("description") or "")
+        said = words.judge(code, text) or words.judge_create(text)
+        if said.category != words.CLEARED:
+            found.append(triage.from_words(subject, f"lastErrors {code}", text, said, recheck_s))
+    return found
+
+
 def triage_pod(pod: Obj | None, name: str, events: Sequence[Obj], nodes: Sequence[Obj] | None = None,
                recheck_s: float = 30.0, logs: Logs | None = None) -> Verdict | None:
     """A pod from its status (when given) and its events: containers (:func:`triage.triage_containers`,
@@ -102,7 +126,7 @@ def triage_pod(pod: Obj | None, name: str, events: Sequence[Obj], nodes: Sequenc
     pulls = _pull_messages(events)
     found: list[Verdict | None] = []
     if pod is not None:
-        found.append(triage.triage_containers(pod, pulls[-2:], _logs_of(pod, logs or {})))
+        found += [triage.triage_containers(pod, pulls[-2:], _logs_of(pod, logs or {})), triage_rejected(pod, subject)]
     else:
         found += [triage.triage_pull_events(subject, pulls[-2:]), triage_logs(subject, logs or {})]
     if pod is None or not (pod.get("spec") or {}).get("nodeName"):
@@ -153,7 +177,7 @@ def triage_object(kind: str, name: str, obj: Obj | None, events: Sequence[Obj],
     found = [triage.from_words(subject, str(e.get("reason")), str(e.get("message")), said, recheck_s)
              for e, said in triage.heard(events)]
     if obj is not None:
-        found += _condition_verdicts(subject, kind, obj, recheck_s)
+        found += [*_condition_verdicts(subject, kind, obj, recheck_s), *_last_errors(subject, obj, recheck_s)]
     return triage.combine(found)
 
 

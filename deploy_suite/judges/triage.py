@@ -283,7 +283,8 @@ def triage_pending(pod: Obj, events: Sequence[Obj], nodes: Sequence[Obj] | None 
 CRASH_LOOP_RESTARTS = 2
 # Image pull causes, from the kubelet's waiting message or its "Failed" pull events (containerd's
 # gRPC code tells them apart: see README.md, step 6).
-_PULL_AUTH = re.compile(r"\b(401|403)\b|unauthori[sz]ed|denied|authentication required|authorization required",
+_PULL_AUTH = re.compile(r"\b(401|403)\b|unauthori[sz]ed|denied|authentication required|authorization required|"
+                        r"insufficient_scope|authorization failed|no basic auth credentials|failed to authorize",
                         re.IGNORECASE)
 _PULL_MISSING = re.compile(r"manifest unknown|code = NotFound|: not found|not found:|repository does not exist",
                            re.IGNORECASE)
@@ -327,7 +328,8 @@ def from_signature(container: str, cs: Obj, lines: Sequence[str], restarts: int)
     named = sig.names + (f": {found.detail}" if found.detail else "")
     ended_as = f" ({last_terminated(cs)}, restarts {restarts})" if cs.get("name") else ""
     return Verdict(sig.category, f"{container}: {sig.id}{ended_as}, naming {named}: {sig.fix} "
-                   f"({_HINTS[sig.category]}); its words: {found.line}", [f"{container} said: {found.line}", f"signature {sig.id}: {sig.source}"],
+                   f"({_HINTS[sig.category]}); its words: {found.line}",
+                   [f"{container} said: {found.line}", f"signature {sig.id}: {sig.source}"],
                    decisive=True)
 
 
