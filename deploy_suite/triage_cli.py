@@ -1,4 +1,4 @@
-"""``deploy-suite triage EVENTS [--pods FILE] [--nodes FILE] [--json]``: step 6's triage, offline.
+"""``deploy-suite triage EVENTS [--pods FILE] [--nodes FILE] [--logs FILE]... [--json]``: step 6's triage, offline.
 
 Reads what ``kubectl get events -o json`` prints (a file, or ``-`` for stdin) and, optionally, what
 ``kubectl get pods -o json`` (any kinds: pods, DCDs, ReplicaSets, PodGroups, Workloads) and
@@ -22,6 +22,8 @@ from deploy_suite.errors import InputError
 from deploy_suite.judges import objects as triage_objects
 from deploy_suite.vocab import Action
 
+# As many lines as step 6's evidence keeps of each container (procedure/evidence.py LOG_LINES).
+LOG_LINES = 40
 # A day of events of a busy namespace is a few MB; a file far larger is not what was meant.
 MAX_INPUT_BYTES = 64 * 1024 * 1024
 _FIX_EVENTS = "pass what `kubectl get events -o json` prints (a file path, or - for stdin)"
@@ -82,6 +84,25 @@ def _events(items: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
     return items
 
 
+def read_logs(paths: Sequence[str]) -> dict[str, dict[str, list[str]]]:
+    """Saved container logs by pod, then container: ``<pod>_<container>.log`` names both,
+    ``<pod>.log`` the pod (its lines serve each of its containers); the last lines are kept."""
+    out: dict[str, dict[str, list[str]]] = {}
+    fix = "pass a container log saved as <pod>.log or <pod>_<container>.log (kubectl logs POD -c C --previous)"
+    for source in paths:
+        name = Path(source).name.removesuffix(".log")
+        pod, _, container = name.partition("_")
+        try:
+            with Path(source).open(encoding="utf-8", errors="replace") as handle:
+                text = handle.read(MAX_INPUT_BYTES + 1)
+        except OSError as exc:
+            raise InputError(f"--logs {source}", f"cannot be read ({exc.__class__.__name__}: {exc})", fix) from exc
+        if not pod or len(text) > MAX_INPUT_BYTES:
+            raise InputError(f"--logs {source}", "names no pod" if not pod else "is larger than 64 MiB", fix)
+        out.setdefault(pod, {})[container] = text.splitlines()[-LOG_LINES:]
+    return out
+
+
 def line(finding: triage_objects.Finding) -> str:
     """The text form: object, action, category, diagnosis and evidence, tab-separated, one line."""
     v = finding.verdict
@@ -102,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                                                        "dcd, rs, podgroups, workloads); - for stdin")
     parser.add_argument("--nodes", metavar="FILE", help="kubectl get nodes -o json output: oversized requests, "
                                                         "taint names, a missing GPU device plugin")
+    parser.add_argument("--logs", metavar="FILE", action="append", default=[],
+                        help="a container's saved log (repeatable): <pod>.log or <pod>_<container>.log")
     parser.add_argument("--json", action="store_true", help="print a JSON list of findings (docs/triage.md)")
     parser.add_argument("--recheck", type=float, default=30.0, metavar="S",
                         help="next-check interval a wait verdict names (default 30)")
@@ -119,11 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.nodes:
             fix = "pass what `kubectl get nodes -o json` prints"
             nodes = items_of(read_json(args.nodes, "--nodes", fix), args.nodes, "--nodes", fix, ("Node",), "Node")
+        logs = read_logs(args.logs)
     except InputError as exc:
         print(f"deploy-suite triage: error: {exc}", file=sys.stderr)
         return 2
     try:
-        findings = triage_objects.triage_all(events, objects, nodes, args.recheck)
+        findings = triage_objects.triage_all(events, objects, nodes, args.recheck, logs)
     except (AttributeError, TypeError, ValueError) as exc:
         # A field of another type than Kubernetes writes (metadata a list, a status a string).
         print(f"deploy-suite triage: error: the inputs: an object has a field of an unexpected type ({exc}); "

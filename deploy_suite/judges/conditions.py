@@ -21,7 +21,7 @@ from deploy_suite.access.watch import Judge, Seen, Watch
 from deploy_suite.constants import LABEL_DGD_NAME, LABEL_JOB_NAME
 from deploy_suite.errors import StepBlocked, StepFailure
 from deploy_suite.judges import objects as triage_objects
-from deploy_suite.judges import operator_status, triage
+from deploy_suite.judges import operator_status, signatures, triage
 from deploy_suite.model.scheduling import pod_gpu_total
 from deploy_suite.vocab import Action, BlockerClass, FailureCategory, TriageCategory
 
@@ -68,8 +68,12 @@ class PendingTriage:
     """Triage each unschedulable pod once per scheduler verdict (a new transition or message)."""
 
     def __init__(self, kube: Kube, namespace: str, nodes: Sequence[Obj] | None = None,
-                 recheck_s: float = 30.0) -> None:
+                 recheck_s: float = 30.0,
+                 read_logs: Callable[[Obj], Mapping[str, Sequence[str]]] | None = None) -> None:
         self.kube = kube
+        # The caller reads the terminated containers' last lines (procedure/evidence.py), once per termination.
+        self.read_logs = read_logs
+        self._logs: dict[str, tuple[str, Mapping[str, Sequence[str]]]] = {}
         self.namespace = namespace
         self.nodes = nodes
         self.recheck_s = recheck_s
@@ -113,7 +117,7 @@ class PendingTriage:
         """The pod's container verdict (:func:`triage.triage_containers`). An image pull whose
         waiting message does not say why (``Back-off pulling image "x"``) is judged again with the
         pod's pull-failure events, which carry the registry's answer."""
-        verdict = triage.triage_containers(pod)
+        verdict = triage.triage_containers(pod, logs=self._last_lines(pod))
         if verdict is None or verdict.category != TriageCategory.PULL_RETRY:
             return verdict
         name = pod["metadata"]["name"]
@@ -126,6 +130,22 @@ class PendingTriage:
             verdict = triage.triage_containers(pod, causes[-2:]) or verdict
         self._pulls[name] = (stamp, verdict)
         return verdict
+
+
+    def _last_lines(self, pod: Obj) -> Mapping[str, Sequence[str]]:
+        """The last log lines of the pod's terminated containers, read again only when one ends anew."""
+        if self.read_logs is None:
+            return {}
+        status = pod.get("status") or {}
+        ended = [f"{cs.get('name')}/{cs.get('restartCount')}/{signatures.termination(cs).get('finishedAt')}"
+                 for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+                 if signatures.termination(cs)]
+        if not ended:
+            return {}
+        name, stamp = str(pod["metadata"]["name"]), " ".join(ended)
+        if self._logs.get(name, ("", {}))[0] != stamp:
+            self._logs[name] = (stamp, self.read_logs(pod))
+        return self._logs[name][1]
 
 
 def stop(verdict: triage.Verdict) -> NoReturn:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from deploy_suite.judges import triage, words
+from deploy_suite.judges import signatures, triage, words
 from deploy_suite.judges.triage import Obj, Verdict
 from deploy_suite.vocab import TriageCategory
 
@@ -69,8 +69,54 @@ def _done(pod: Obj) -> bool:
     return status.get("phase") == "Succeeded" or (status.get("phase") == "Running" and ready)
 
 
+Logs = Mapping[str, Sequence[str]]  # a pod's containers' last log lines, by container name ("" = any)
+
+
+def _logs_of(pod: Obj, logs: Logs) -> dict[str, Sequence[str]]:
+    """Each container's lines; a log saved for the pod as a whole serves each of its containers."""
+    status = pod.get("status") or {}
+    names = [str(c.get("name")) for c in [*(status.get("initContainerStatuses") or []),
+                                           *(status.get("containerStatuses") or [])]]
+    return {n: logs.get(n) or logs.get("") or () for n in names}
+
+
+def triage_logs(subject: str, logs: Logs) -> Verdict | None:
+    """Saved logs without the pod's status: only a decisive signature speaks (a transient one
+    needs the restart count)."""
+    for container, lines in logs.items():
+        found = signatures.find(lines)
+        if found is not None and found.signature.decisive:
+            return triage.from_signature(f"{subject} container {container or '?'}",
+                                         {"lastState": {"terminated": {"exitCode": 1}}}, lines, 0)
+    return None
+
+
+def triage_rejected(pod: Obj, subject: str) -> Verdict | None:
+    """A pod ``Failed`` before it ran: the kubelet's admission (``OutOf<resource>``,
+    ``UnexpectedAdmissionError``, ``NodeAffinity``) or an eviction, judged by its reason."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Failed" or not status.get("reason"):
+        return None
+    reason, message = str(status["reason"]), str(status.get("message") or "")
+    said = words.judge_node(reason, message) or words.judge_kubelet(reason, message) or \
+        words.Words(TriageCategory.UNKNOWN, words.KUBELET, f"the pod failed ({reason})")
+    return triage.from_words(subject, f"status {reason}", message, said)
+
+
+def _last_errors(subject: str, obj: Obj, recheck_s: float) -> list[Verdict]:
+    """Grove's ``status.lastErrors`` (PodCliqueSet, PodClique, PodCliqueScalingGroup: code and
+    description of the last reconcile errors), judged by the words they relay."""
+    found = []
+    for err in (obj.get("status") or {}).get("lastErrors") or []:
+        code, text = str(err.get("code") or "lastError"), str(err.get("description") or "")
+        said = words.judge(code, text) or words.judge_create(text)
+        if said.category != TriageCategory.CLEARED:
+            found.append(triage.from_words(subject, f"lastErrors {code}", text, said, recheck_s))
+    return found
+
+
 def triage_pod(pod: Obj | None, name: str, events: Sequence[Obj], nodes: Sequence[Obj] | None = None,
-               recheck_s: float = 30.0) -> Verdict | None:
+               *, recheck_s: float = 30.0, logs: Logs | None = None) -> Verdict | None:
     """A pod from its status (when given) and its events: containers (:func:`triage.triage_containers`,
     pulls judged with the pull events), scheduling while unbound (:func:`triage.triage_pending`),
     and the kubelet's other words (a missing Secret, a crash loop, the GPU runtime). A ready or
@@ -81,9 +127,9 @@ def triage_pod(pod: Obj | None, name: str, events: Sequence[Obj], nodes: Sequenc
     pulls = _pull_messages(events)
     found: list[Verdict | None] = []
     if pod is not None:
-        found.append(triage.triage_containers(pod, pulls[-2:]))
+        found += [triage.triage_containers(pod, pulls[-2:], _logs_of(pod, logs or {})), triage_rejected(pod, subject)]
     else:
-        found.append(triage.triage_pull_events(subject, pulls[-2:]))
+        found += [triage.triage_pull_events(subject, pulls[-2:]), triage_logs(subject, logs or {})]
     if pod is None or not (pod.get("spec") or {}).get("nodeName"):
         found.append(triage.triage_pending(pod or {"metadata": {"name": name}}, events, nodes, recheck_s))
     for event, said in triage.heard(events):
@@ -133,7 +179,7 @@ def triage_object(kind: str, name: str, obj: Obj | None, events: Sequence[Obj],
     found = [triage.from_words(subject, str(e.get("reason")), str(e.get("message")), said, recheck_s)
              for e, said in triage.heard(events)]
     if obj is not None:
-        found += _condition_verdicts(subject, kind, obj, recheck_s)
+        found += [*_condition_verdicts(subject, kind, obj, recheck_s), *_last_errors(subject, obj, recheck_s)]
     return triage.combine(found)
 
 
@@ -146,11 +192,12 @@ def _key(obj: Obj, kind: str | None = None) -> Key:
 
 
 def triage_all(events: Iterable[Obj], objects: Iterable[Obj] = (), nodes: Sequence[Obj] | None = None,
-               recheck_s: float = 30.0) -> list[Finding]:
+               recheck_s: float = 30.0, logs: Mapping[str, Logs] | None = None) -> list[Finding]:
     """A finding for each object the events involve or ``objects`` holds (pods, DCDs, ReplicaSets,
     PodGroups, Workloads, ...) that has a verdict, in the order first met. ``nodes`` (or the Node
     objects among ``objects``) let pods be judged against them: oversized requests, the taints
-    not tolerated, a GPU device plugin that advertises nothing."""
+    not tolerated, a GPU device plugin that advertises nothing. ``logs``: saved container logs by
+    pod name (then container name), judged by their failure signatures."""
     found: dict[Key, Obj] = {}
     told: dict[Key, list[Obj]] = {}
     order: list[Key] = []
@@ -176,12 +223,16 @@ def triage_all(events: Iterable[Obj], objects: Iterable[Obj] = (), nodes: Sequen
             else:
                 order.append(key)
         told.setdefault(key, []).append(event)
+    for pod_name in logs or {}:
+        if not any(k[0] == "Pod" and k[2] == pod_name for k in order):
+            order.append(("Pod", "", pod_name))
     node_list = nodes if nodes is not None else (listed_nodes or None)
     out = []
     for key in dict.fromkeys(order):
         kind, namespace, name = key
         if kind == "Pod":
-            verdict = triage_pod(found.get(key), name, told.get(key, []), node_list, recheck_s)
+            verdict = triage_pod(found.get(key), name, told.get(key, []), node_list, recheck_s=recheck_s,
+                                 logs=(logs or {}).get(name))
         else:
             verdict = triage_object(kind, name, found.get(key), told.get(key, []), recheck_s)
         if verdict is not None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deploy_suite.constants import GPU_RESOURCE
-from deploy_suite.judges import words
+from deploy_suite.judges import signatures, words
 from deploy_suite.judges.words import ACTIONS, Words
 from deploy_suite.model.scheduling import Taint, Toleration, pod_gpus, pod_request, quantity
 from deploy_suite.vocab import Action, TriageCategory
@@ -281,7 +281,8 @@ def triage_pending(pod: Obj, events: Sequence[Obj], nodes: Sequence[Obj] | None 
 CRASH_LOOP_RESTARTS = 2
 # Image pull causes, from the kubelet's waiting message or its "Failed" pull events (containerd's
 # gRPC code tells them apart: see README.md, step 6).
-_PULL_AUTH = re.compile(r"\b(401|403)\b|unauthori[sz]ed|denied|authentication required|authorization required",
+_PULL_AUTH = re.compile(r"\b(401|403)\b|unauthori[sz]ed|denied|authentication required|authorization required|"
+                        r"insufficient_scope|authorization failed|no basic auth credentials|failed to authorize",
                         re.IGNORECASE)
 _PULL_MISSING = re.compile(r"manifest unknown|code = NotFound|: not found|not found:|repository does not exist",
                            re.IGNORECASE)
@@ -315,7 +316,26 @@ def _pull_verdict(container: str, reason: str, message: str, causes: Sequence[st
                    f"the pull; {message}", evidence, can_wait=True)
 
 
-def triage_containers(pod: Obj, pull_causes: Sequence[str] = ()) -> Verdict | None:
+def from_signature(container: str, cs: Obj, lines: Sequence[str], restarts: int) -> Verdict | None:
+    """A terminated container judged by its own words (:mod:`deploy_suite.judges.signatures`): a
+    decisive signature at the first termination, a transient one once the crash loop persists."""
+    ended = signatures.termination(cs)
+    if not ended or (ended.get("exitCode") == 0 and ended.get("reason") != signatures.OOM_REASON):
+        return None
+    found = signatures.judge(cs, lines)
+    if found is None or (not found.signature.decisive and restarts < CRASH_LOOP_RESTARTS):
+        return None
+    sig = found.signature
+    named = sig.names + (f": {found.detail}" if found.detail else "")
+    ended_as = f" ({last_terminated(cs)}, restarts {restarts})" if cs.get("name") else ""
+    return Verdict(sig.category, f"{container}: {sig.id}{ended_as}, naming {named}: {sig.fix} "
+                   f"({_HINTS[sig.category]}); its words: {found.line}",
+                   [f"{container} said: {found.line}", f"signature {sig.id}: {sig.source}"],
+                   decisive=True)
+
+
+def triage_containers(pod: Obj, pull_causes: Sequence[str] = (),
+                      logs: Mapping[str, Sequence[str]] | None = None) -> Verdict | None:
     """A container's waiting state, judged by whether waiting can help.
 
     * ``CrashLoopBackOff`` from ``CRASH_LOOP_RESTARTS`` restarts: a failed attempt (``crash``); the
@@ -330,6 +350,8 @@ def triage_containers(pod: Obj, pull_causes: Sequence[str] = ()) -> Verdict | No
       (``nvidia-container-cli``, an OCI hook): ``platform``, the node's fault, not the candidate's.
 
     The last termination (reason and exit code, e.g. ``OOMKilled`` 137) is named in the diagnosis.
+    ``logs`` (container name to its last log lines) and the termination message are read first:
+    a failure signature decides at the first termination (:func:`from_signature`).
     """
     name = str((pod.get("metadata") or {}).get("name"))
     status = pod.get("status") or {}
@@ -348,12 +370,16 @@ def triage_containers(pod: Obj, pull_causes: Sequence[str] = ()) -> Verdict | No
                            f"{container}: {reason}: the node's GPU container runtime fails before the "
                            f"process starts (a platform fault, not the candidate's): {' '.join(runtime.split())}",
                            [*evidence, f"{container}: {' '.join(runtime.split())}"])
+        said = from_signature(container, cs, (logs or {}).get(str(cs.get("name")), ()), restarts)
+        if said is not None:
+            return said
         if reason == "CrashLoopBackOff":
             if restarts < CRASH_LOOP_RESTARTS:
                 continue
+            cause = signatures.exit_cause(cs)
             return Verdict(TriageCategory.CRASH,
-                           f"{container}: CrashLoopBackOff{': ' + message if message else ''}{detail}", evidence,
-                           decisive=True)
+                           f"{container}: CrashLoopBackOff{': ' + message if message else ''}{detail}"
+                           f"{'; ' + cause if cause else ''}", evidence, decisive=True)
         if reason in IMAGE_PULL_REASONS:
             return _pull_verdict(container, reason, message, pull_causes)
         if reason == "CreateContainerConfigError":

@@ -257,6 +257,9 @@ _CONFIG = re.compile(r"couldn't find key|secret \"[^\"]*\" not found|configmap \
 
 def judge_kubelet(reason: str, message: str, count: int = 1) -> Words | None:
     """The kubelet's Warning events on a pod (images are judged with its pull rules in triage)."""
+    node = judge_node(reason, message)
+    if node is not None:
+        return node
     if _CONFIG.search(message):
         return Words(TriageCategory.DEPENDENCY, KUBELET, "a referenced Secret, ConfigMap or key is missing")
     if reason == "BackOff" and "restarting failed container" in message:
@@ -267,6 +270,33 @@ def judge_kubelet(reason: str, message: str, count: int = 1) -> Words | None:
                      KUBELET, "evicted by the node (resource pressure): its controller recreates it")
     if reason in {"FailedMount", "FailedAttachVolume"}:
         return Words(TriageCategory.UNKNOWN, KUBELET, "a volume is not mounted yet")
+    return None
+
+
+# The runtime's cause clause after "Failed to create pod sandbox:": the node lacks the handler the
+# pod's RuntimeClass names (the GPU runtime not configured), or its network plugin fails.
+_SANDBOX_PLATFORM = re.compile(r"no runtime for \"[^\"]*\" is configured|runtimehandler \"[^\"]*\" not supported|"
+                               r"failed to (setup|set up) network for sandbox|networkplugin \w+ failed|"
+                               r"cni plugin not initialized|failed to get sandbox runtime", re.IGNORECASE)
+# Kubelet admission (a pod Failed on the node it was bound to): the node's own count of devices or
+# resources disagrees with the scheduler's, or its labels changed (reason OutOf<resource>,
+# UnexpectedAdmissionError, NodeAffinity...): the node's fault, the pod is recreated elsewhere.
+_ADMISSION_REASONS = re.compile(r"^(OutOf[\w./-]+|UnexpectedAdmissionError|NodeAffinity|NodeSelectorMismatching|"
+                                r"InvalidNodeInfo|UnexpectedPredicateFailureType)$")
+
+
+def judge_node(reason: str, message: str) -> Words | None:
+    """The kubelet creating a pod's sandbox or admitting the pod, judged by its cause clause."""
+    if _ADMISSION_REASONS.match(reason):
+        return Words(TriageCategory.PLATFORM, KUBELET, f"the node's kubelet refused the pod at admission ({reason}): "
+                     "its devices or labels disagree with what the scheduler saw")
+    if reason == "FailedCreatePodSandBox" or "failed to create pod sandbox" in message.lower():
+        if _SANDBOX_PLATFORM.search(message):
+            return Words(TriageCategory.PLATFORM, KUBELET,
+                         "the node cannot create the pod's sandbox (runtime handler or network)")
+        return Words(TriageCategory.UNKNOWN, KUBELET, "the pod's sandbox is not created, for a cause not classified")
+    if re.search(r"runtimeclass \"[^\"]*\" not found", message, re.IGNORECASE):
+        return Words(TriageCategory.PLATFORM, CREATE, "the RuntimeClass the pod names does not exist in the cluster")
     return None
 
 

@@ -71,6 +71,24 @@ def failing_containers(pod: Obj) -> list[tuple[Obj, str]]:
     return out
 
 
+def last_lines(kube: Kube, namespace: str, pod: Obj) -> dict[str, list[str]]:
+    """The last lines of each terminated container of ``pod`` (the crashed run's), redacted, for
+    step 6's triage to read the failure signatures in (judges/signatures.py); unreadable is empty."""
+    out: dict[str, list[str]] = {}
+    status = pod.get("status") or {}
+    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        if not ((cs.get("lastState") or {}).get("terminated") or (cs.get("state") or {}).get("terminated")):
+            continue
+        previous = not (cs.get("state") or {}).get("terminated")
+        try:
+            log = kube.pod_log(pod["metadata"]["name"], namespace, str(cs.get("name")), tail=LOG_LINES,
+                               previous=previous)
+        except KubeError:
+            continue
+        out[str(cs.get("name"))] = redact(log).splitlines()
+    return out
+
+
 def _event_line(ev: Obj) -> str:
     obj = ev.get("involvedObject") or {}
     count = f" x{ev['count']}" if ev.get("count") else ""

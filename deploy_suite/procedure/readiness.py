@@ -101,7 +101,8 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
         nodes: list[Obj] | None = kube.list_items("Node")[0]
     except Forbidden:
         nodes = None
-    ready = conditions.DgdReady(conditions.PendingTriage(kube, namespace, nodes, contention_recheck_s), dgd.name,
+    ready = conditions.DgdReady(conditions.PendingTriage(
+        kube, namespace, nodes, contention_recheck_s, lambda pod: evidence.last_lines(kube, namespace, pod)), dgd.name,
                                 sum(expected.values()), on_allocated, kube.field_manager, failed_grace_s,
                                 tuple(c.name for c in dgd.components))
     ready.progressed("readiness wait started")

@@ -13,7 +13,12 @@ import pytest
 from deploy_suite import cli, yamlio
 from deploy_suite.judges import objects as triage_objects
 
-VECTORS = yamlio.load_one(Path(__file__).parent / "data" / "triage" / "scheduling-events.yaml")
+DATA = Path(__file__).parent / "data" / "triage"
+FILES = [yamlio.load_one(DATA / name) for name in ("scheduling-events.yaml", "container-words.yaml")]
+VECTORS = {section: [v for f in FILES for v in f.get(section) or []]
+           for section in ("events", "composed", "groups", "pods", "objects")}
+# Each vector's saved container logs, by pod name then container (deploy-suite triage --logs).
+LOGS: dict[str, dict[str, list[str]]] = {}
 
 
 def event(name: str, kind: str, reason: str, message: str, at: int = 0) -> dict[str, Any]:
@@ -44,6 +49,8 @@ def cases() -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]], str, 
             obj["metadata"] = {**obj["metadata"], "name": name, "namespace": "ns"}
             events = [event(name, obj["kind"], e["reason"], e["message"], at)
                       for at, e in enumerate(v.get("events", []))]
+            if v.get("logs"):
+                LOGS[name] = {c: str(text).splitlines() for c, text in v["logs"].items()}
             out.append((f"{section}[{i}] {v['why'][:40]}", events, [obj], f"{obj['kind']}/{name}", v["expect"]))
     return out
 
@@ -53,7 +60,7 @@ CASES = cases()
 
 @pytest.mark.parametrize(("events", "objects", "obj", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_the_library_gives_each_vector_its_verdict(events, objects, obj, expected):
-    found = {f.object: f for f in triage_objects.triage_all(events, objects)}
+    found = {f.object: f for f in triage_objects.triage_all(events, objects, logs=LOGS)}
     got = found.get(obj)
     assert ({"action": got.verdict.action, "category": got.verdict.category} if got else None) == expected
     if got is not None and events:
@@ -98,7 +105,12 @@ def test_the_cli_gives_every_vector_its_verdict(tmp_path, capsys, monkeypatch, a
     (tmp_path / "events.json").write_text(json.dumps(events, default=str))
     (tmp_path / "pods.json").write_text(json.dumps(objects, default=str))
     source = "-" if from_stdin else str(tmp_path / "events.json")
-    args = [source, "--pods", str(tmp_path / "pods.json"), *(["--json"] if as_json else [])]
+    logs = []
+    for pod, containers in LOGS.items():
+        for container, lines in containers.items():
+            (tmp_path / f"{pod}_{container}.log").write_text("\n".join(lines) + "\n")
+            logs += ["--logs", str(tmp_path / f"{pod}_{container}.log")]
+    args = [source, "--pods", str(tmp_path / "pods.json"), *logs, *(["--json"] if as_json else [])]
     stdin = json.dumps(events, default=str) if from_stdin else None
     code, out, err = run_cli(args, capsys, stdin, monkeypatch)
     assert parse(out, as_json) == {k: v for k, v in expected.items() if v is not None} and err == ""
