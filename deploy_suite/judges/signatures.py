@@ -48,7 +48,8 @@ def _row(raw: Mapping[str, Any]) -> Signature:
     if category not in _CATEGORIES or not raw.get("source") or not raw.get("match"):
         raise ValueError(f"signature {raw.get('id')}: a category of {sorted(_CATEGORIES)}, match and source are needed")
     return Signature(str(raw["id"]), tuple(re.compile(p, re.IGNORECASE) for p in raw["match"]),
-                     TriageCategory(category), bool(raw.get("decisive", True)), str(raw["names"]), str(raw["fix"]), str(raw["source"]))
+                     TriageCategory(category), bool(raw.get("decisive", True)), str(raw["names"]), str(raw["fix"]),
+                     str(raw["source"]))
 
 
 @cache
