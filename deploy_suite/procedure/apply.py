@@ -11,8 +11,8 @@ from deploy_suite import clock, yamlio
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.constants import DGD_KIND
 from deploy_suite.errors import PlatformFault, StepBlocked
-from deploy_suite.judges import ownership
 from deploy_suite.model.dgd import Dgd, from_documents
+from deploy_suite.procedure import owner
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import resume
 from deploy_suite.record.ledger import Ledger
@@ -41,7 +41,7 @@ def apply(run: RunState, kube: Kube) -> Applied:
     path = run.manifests["deploy"]
     docs = yamlio.load_all(path, str(path))
     dgd = from_documents(docs, str(path))
-    before = ownership.require_not_foreign(kube, run.namespace, dgd.name, "step 5 refuses to apply over it")
+    before = owner.require_not_foreign(kube, run.namespace, dgd.name, "step 5 refuses to apply over it")
     try:
         applied = kube.apply_documents(docs, run.namespace, run.rel(path))
     except PlatformFault as exc:

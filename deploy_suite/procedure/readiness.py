@@ -14,7 +14,7 @@ from deploy_suite.errors import Forbidden, KubeError, PlatformFault, StepBlocked
 from deploy_suite.judges import conditions
 from deploy_suite.judges.membership import components
 from deploy_suite.model.dgd import Dgd, load_dgd
-from deploy_suite.procedure import evidence
+from deploy_suite.procedure import evidence, waits
 from deploy_suite.procedure.apply import platform_blocked
 from deploy_suite.procedure.retire import Progress, quiet
 from deploy_suite.procedure.runstate import RunState
@@ -88,7 +88,7 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
                failed_grace_s: float = 30.0) -> Readiness:
     """DGD Ready with state successful and observedGeneration current; every component x replica
     Running and ready; pending pods and containers triaged as soon as they say why
-    (:class:`conditions.DgdReady`); the frontend Service present when one is expected.
+    (:class:`waits.DgdReady`); the frontend Service present when one is expected.
 
     Progress-aware: the wait goes on while pods advance and fails (``no-progress``) after
     ``no_progress_s`` without progress, naming the last progress seen; ``timeout`` is the hard cap.
@@ -100,7 +100,7 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
         nodes: list[Obj] | None = kube.list_items("Node")[0]
     except Forbidden:
         nodes = None
-    ready = conditions.DgdReady(conditions.PendingTriage(kube, namespace, nodes, contention_recheck_s), dgd.name,
+    ready = waits.DgdReady(waits.PendingTriage(kube, namespace, nodes, contention_recheck_s), dgd.name,
                                 sum(expected.values()), on_allocated, kube.field_manager, failed_grace_s,
                                 tuple(c.name for c in dgd.components))
     ready.progressed("readiness wait started")
@@ -142,13 +142,13 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
     return out
 
 
-def _progress(ready: conditions.DgdReady, started: float) -> dict[str, Any]:
+def _progress(ready: waits.DgdReady, started: float) -> dict[str, Any]:
     return {"what": ready.last_progress, "at": ready.last_progress_at,
             "after_s": round(ready.progress_mono - started, 3), "milestones": len(ready.reached),
             "contention": ready.contention[-3:], "reconcile_errors": ready.reconcile_errors}
 
 
-def _progress_line(ready: conditions.DgdReady, started: float) -> str:
+def _progress_line(ready: waits.DgdReady, started: float) -> str:
     return f"{ready.last_progress} at {ready.last_progress_at} ({ready.progress_mono - started:.0f}s after the start)"
 
 
@@ -219,7 +219,7 @@ def teardown(kube: Kube, namespace: str, dgd_name: str, failed: Readiness, *, ke
     deleted = {**entry, "action": "deleted", "at": clock.iso_now(),
                "reason": f"{failed.state}: the attempt can never succeed as written; deleted to free its GPUs"}
     try:
-        kube.wait(conditions.dgd_pods_gone(namespace, dgd_name), timeout=pods_gone_s, on_progress=on_progress)
+        kube.wait(waits.dgd_pods_gone(namespace, dgd_name), timeout=pods_gone_s, on_progress=on_progress)
     except (WaitTimeout, KubeError) as exc:
         return {**deleted, "pods_gone_at": None, "reason": f"{deleted['reason']}; its pods were not seen gone: {exc}"}
     return {**deleted, "pods_gone_at": clock.iso_now()}

@@ -10,7 +10,8 @@ from typing import Any
 from deploy_suite import clock
 from deploy_suite.access.kube import DGD, Kube, Obj
 from deploy_suite.errors import StepBlocked
-from deploy_suite.judges import conditions, ownership
+from deploy_suite.judges import ownership
+from deploy_suite.procedure import waits
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.workspace import PreviousDeployment
 from deploy_suite.record import experiment, resume
@@ -79,8 +80,8 @@ def retire_previous(kube: Kube, namespace: str, dgd_name: str, timeout: float,
 
 
 def _wait_gone(kube: Kube, result: RetireResult, timeout: float, on_progress: Progress) -> None:
-    kube.wait(conditions.dgd_gone(result.namespace, result.dgd), timeout=timeout, on_progress=on_progress)
-    kube.wait(conditions.dgd_pods_gone(result.namespace, result.dgd), timeout=timeout, on_progress=on_progress)
+    kube.wait(waits.dgd_gone(result.namespace, result.dgd), timeout=timeout, on_progress=on_progress)
+    kube.wait(waits.dgd_pods_gone(result.namespace, result.dgd), timeout=timeout, on_progress=on_progress)
     result.pods_gone_at = clock.iso_now()
 
 

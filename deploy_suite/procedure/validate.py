@@ -37,14 +37,14 @@ from deploy_suite.constants import (
 )
 from deploy_suite.errors import Forbidden, NotFound, StepBlocked
 from deploy_suite.judges import capacity as capacity_mod
-from deploy_suite.judges import ownership, placement, sku
+from deploy_suite.judges import placement, sku
 from deploy_suite.model import knobs
 from deploy_suite.model.dgd import Dgd, from_documents
 from deploy_suite.model.files import sha256_file
 from deploy_suite.model.references import image_tag, referenced_claims, referenced_secrets, walk
 from deploy_suite.model.scheduling import BLOCKING_TAINT_EFFECTS, Taint
 from deploy_suite.model.workload import contract_dgd_candidates
-from deploy_suite.procedure import dryrun, platform
+from deploy_suite.procedure import dryrun, owner, platform
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import budget, experiment, resume
 from deploy_suite.record.ledger import Ledger, atomic_write_text
@@ -426,7 +426,7 @@ class Validator:
         seen = []
         for (ns, name), what in targets.items():
             try:
-                found = ownership.check(self.kube, ns, name)
+                found = owner.check(self.kube, ns, name)
             except Forbidden:
                 self.report.block("ownership", f"DGD {ns}/{name}: get forbidden, so who created it is unknown",
                                   "grant get on dynamographdeployments in the namespace")

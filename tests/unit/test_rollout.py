@@ -13,8 +13,7 @@ import pytest
 
 from deploy_suite.access.kube import DGD, KNOWN, Kube
 from deploy_suite.errors import Forbidden, StepBlocked, StepFailure, WaitTimeout
-from deploy_suite.judges import conditions
-from deploy_suite.procedure import apply, readiness, retire, support
+from deploy_suite.procedure import apply, readiness, retire, support, waits
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.settings import Settings, Timeouts
 from deploy_suite.procedure.workspace import PreviousDeployment
@@ -603,12 +602,12 @@ def test_readiness_rides_out_an_apiserver_restart(fake, tmp_path: Path) -> None:
 
 
 def test_named_conditions_say_what_they_await() -> None:
-    assert conditions.dgd_gone(NS, "d").awaited == "dgd/d to disappear"
-    assert conditions.pvc_bound(NS, "c").awaited == "pvc/c Bound"
-    assert conditions.dgd_pods_gone(NS, "d").awaited == "pods labelled nvidia.com/dynamo-graph-deployment-name=d " \
+    assert waits.dgd_gone(NS, "d").awaited == "dgd/d to disappear"
+    assert waits.pvc_bound(NS, "c").awaited == "pvc/c Bound"
+    assert waits.dgd_pods_gone(NS, "d").awaited == "pods labelled nvidia.com/dynamo-graph-deployment-name=d " \
                                                         "to be deleted"
-    assert conditions.pods_gone(NS, "a=b")({"pods": {}}) == (True, "no pods left")
-    assert conditions.pvc_bound(NS, "c")({"pvc": {}}) == (False, "pvc/c phase=None")
+    assert waits.pods_gone(NS, "a=b")({"pods": {}}) == (True, "no pods left")
+    assert waits.pvc_bound(NS, "c")({"pvc": {}}) == (False, "pvc/c phase=None")
 
 
 def test_every_contention_wait_is_recorded_as_a_hold_decision(tmp_path: Path) -> None:

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment
 
 from deploy_suite.errors import InputError
+from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment
 from deploy_suite.procedure.settings import (
     DEFAULT_SMOKE_PROMPT,
     OPTION_KEYS,
