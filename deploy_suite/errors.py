@@ -27,9 +27,9 @@ other error stops the wait at once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 # Response bodies can be large (a whole object); keep what a person needs to read.
 MAX_BODY_CHARS = 2000
@@ -38,6 +38,14 @@ MAX_BODY_CHARS = 2000
 def cut(text: str, limit: int = MAX_BODY_CHARS) -> str:
     """Bound a message or body so that logs and ledgers stay readable."""
     return text if len(text) <= limit else text[: limit - 15] + " ...[truncated]"
+
+
+class PartialResult(Protocol):
+    """A step's typed result as far as it got, carried by a stopping error and recorded in the
+    ledger before the step stops (``procedure.runstate.StepResult``; the ledger's type is not
+    named here: this module is a leaf)."""
+
+    def record(self, ledger: Any, /) -> Mapping[str, Any]: ...
 
 
 class SuiteError(Exception):
@@ -65,7 +73,7 @@ class StepBlocked(SuiteError):
     """A prerequisite is missing; the ledger status becomes ``blocked`` (nothing was attempted that
     failed) and every later step is skipped."""
 
-    def __init__(self, cls: str, message: str, fix: str, result: object | None = None) -> None:
+    def __init__(self, cls: str, message: str, fix: str, result: PartialResult | None = None) -> None:
         self.cls = cls
         self.message = message
         self.fix = fix
@@ -79,7 +87,8 @@ class StepFailure(SuiteError):
     step's typed result as far as it got, recorded in the ledger before the step fails."""
 
     def __init__(self, message: str, category: str = "failed", evidence: Sequence[str] = (),
-                 failed_attempt: bool = False, log_excerpt: str = "", result: object | None = None) -> None:
+                 failed_attempt: bool = False, log_excerpt: str = "",
+                 result: PartialResult | None = None) -> None:
         self.category = category
         self.evidence = list(evidence)
         self.failed_attempt = failed_attempt

@@ -521,8 +521,7 @@ class Preflight:
         rep = self.report
         for patch in rep.patches:
             ledger.add_patch(patch.file, patch.change, patch.reason)
-        for entry in ledger.data.get("applied_manifests") or []:
-            entry["sha256"] = self.copy_sha256.get(entry["type"], entry["sha256"])
+        ledger.set_copy_sha256(self.copy_sha256)
         for limitation in rep.limitations:
             ledger.add_limitation(limitation)
         capacity = (rep.capacity or {}).get("capacity")
@@ -553,8 +552,8 @@ class Preflight:
 def own_live_dgd(run: RunState, kube: Kube) -> tuple[str, str] | None:
     """(namespace, name) of this iteration's own DGD when it is live: its uid is the one an earlier
     run's step 5 recorded (a rerun). Read-only."""
-    own = run.ledger.data.get("applied_dgd") or {}
-    uid = resume.recorded_uid(run.ledger.data)
+    own = run.carried.applied_dgd or {}
+    uid = run.carried.uid
     if uid is None or own.get("kube_context") != kube.context:
         return None
     try:
@@ -582,7 +581,7 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
         baseline_dgd_path=baseline, workload=workload, display_root=run.exp_root,
         # Only a DGD on this same cluster frees GPUs here when step 3 deletes it.
         retiring=(prev.namespace, prev.dgd_name) if prev and prev.kube_context == kube.context else None,
-        own=own_live_dgd(run, kube), other_live_gpus=live, own_uid=resume.recorded_uid(run.ledger.data),
+        own=own_live_dgd(run, kube), other_live_gpus=live, own_uid=run.carried.uid,
         retiring_uid=prev.applied_uid if prev else None))
     # Budgets last: a spent one is the line the step stops with, before step 3 retires anything.
     spent = budget.assess(run.exp_root, run.workload.data.get("budgets"), report.gpus_requested,

@@ -17,7 +17,7 @@ from deploy_suite.procedure import apply, readiness, retire, support, waits
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.settings import Settings, Timeouts
 from deploy_suite.procedure.workspace import PreviousDeployment
-from deploy_suite.record import ledger
+from deploy_suite.record import ledger, resume
 from tests import fakekube
 from tests.fakekube import FakeApi, dropped, event, forbidden, job, pod
 
@@ -82,6 +82,14 @@ def make_run(tmp_path: Path, *, iteration: int = 0, previous: Any = None, suppor
                                    previous=previous, manifest_paths=lambda: manifests)  # type: ignore[assignment]
     run.begin_step(step)
     return run
+
+
+def carry(run: RunState, **sections: Any) -> None:
+    """What an earlier run of this iteration left: in the ledger (as attach_directory carries it)
+    and in the typed state step 1 reads of it (``run.carried``)."""
+    for name, value in sections.items():
+        run.ledger.set_section(name, value)
+    run.carried = resume.Carried.of({**run.ledger.data, **sections})
 
 
 def fail_with_result(call) -> tuple[BaseException, Any]:
@@ -395,7 +403,7 @@ def test_a_resumed_run_keeps_its_first_allocation_time(fake, tmp_path: Path) -> 
     api, kube, _ = fake
     serving(api)
     run = make_run(tmp_path, step="step6_readiness")
-    run.ledger.data["allocated_at"] = "2025-12-31T00:00:00Z"
+    carry(run, allocated_at="2025-12-31T00:00:00Z")
     run.record(readiness.readiness(run, kube))
     assert run.ledger.data["allocated_at"] == "2025-12-31T00:00:00Z"
 
