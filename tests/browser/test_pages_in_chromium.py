@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from deploy_suite.fixtures.experiments.synthetic import write_synthetic_experiment
+
 from deploy_suite.record import ledger
 from deploy_suite.reports import experiment as report_experiment
 from deploy_suite.reports import iteration as report

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deploy_suite.fixtures.experiments.make_experiment import Experiment, refresh, set_line, stage_candidate
 
 from deploy_suite import yamlio
 from deploy_suite.access.kube import DGD, Kube, Obj
-from deploy_suite.fixtures.experiments.make_experiment import Experiment, refresh, set_line, stage_candidate
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.record import ledger
 from tests import support

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
+from deploy_suite.fixtures.experiments.make_experiment import stage_candidate
 
 from deploy_suite import yamlio
 from deploy_suite.access.kube import DGD
 from deploy_suite.errors import KubeError
-from deploy_suite.fixtures.experiments.make_experiment import stage_candidate
 from deploy_suite.offline import procs
 from deploy_suite.offline.cluster import CONTROLLERS
 from deploy_suite.offline.operator_sim.profiles import PROFILES

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deploy_suite.fixtures.experiments.make_experiment import stage_candidate
+from deploy_suite.plugins.ledger import KILL_ENV
 
 from deploy_suite.access.kube import DGD, Obj
-from deploy_suite.fixtures.experiments.make_experiment import stage_candidate
 from deploy_suite.judges import conditions
 from deploy_suite.offline.cluster import OfflineCluster
-from deploy_suite.plugins.ledger import KILL_ENV
 from tests import support
 from tests.e2e.test_deploy_offline import hold_gpus
 from tests.support import SuiteRun, Target

@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 import yaml
-
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment, stage_candidate
+
 from deploy_suite.record import ledger
 from deploy_suite.reports import iteration as report
 from tests.support import Listener

@@ -25,12 +25,12 @@ from typing import Any
 
 import pytest
 import yaml
+from deploy_suite.fixtures.cluster import ClusterPool
+from deploy_suite.fixtures.identities import Identity
 
 from deploy_suite.access.kube import CommandRecord, Kube, Obj
 from deploy_suite.constants import GPU_TAINT_KEY
 from deploy_suite.errors import Forbidden
-from deploy_suite.fixtures.cluster import ClusterPool
-from deploy_suite.fixtures.identities import Identity
 from deploy_suite.judges import ownership
 from deploy_suite.model.references import walk
 from deploy_suite.offline import faults

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy_suite import yamlio
 from deploy_suite.fixtures.experiments.make_experiment import set_line, stage_candidate
+
+from deploy_suite import yamlio
 from deploy_suite.model.files import sha256_file
 from tests import support
 

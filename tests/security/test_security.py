@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
 from deploy_suite.fixtures.identities import Identity
+
+from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.offline.cluster import OfflineCluster
 from tests import support
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy_suite.fixtures.steps import USER_AGENT_ENV
+
 from deploy_suite.record import ledger
 
 REPO = Path(__file__).resolve().parents[2]

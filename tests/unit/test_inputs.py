@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
+from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment, stage_candidate
 
 from deploy_suite.errors import DeploymentLocked, InputError
-from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment, stage_candidate
 from deploy_suite.procedure import inputs, workspace
 from deploy_suite.procedure.settings import Settings, SupportInput
 from deploy_suite.record.ledger import LEDGER_NAME

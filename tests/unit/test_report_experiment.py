@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
-
-from deploy_suite import cli
 from deploy_suite.fixtures.experiments.make_experiment import SAMPLE_ROOT
 from deploy_suite.fixtures.experiments.synthetic import write_synthetic_experiment
+
+from deploy_suite import cli
 from deploy_suite.model.dgd import load_dgd, parse_dgd
 from deploy_suite.procedure.runstate import STEP_NAMES
 from deploy_suite.record import ledger
