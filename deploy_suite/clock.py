@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import threading
 import time as _time
+from collections.abc import Iterator
 
 
 class Clock:
@@ -119,3 +120,34 @@ def parse_iso(value: object) -> _dt.datetime | None:
     else:
         return None
     return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=_dt.UTC)
+
+
+class Poll:
+    """The one poll primitive, for what cannot be watched (an HTTP endpoint): iterate to make an
+    attempt, until ``seconds`` have passed since the first; between attempts pause ``first``
+    seconds, doubling up to ``cap``, never past the deadline. ``at_least_once``: the first
+    attempt is made even when ``seconds`` is spent, and the deadline is checked after each attempt."""
+
+    def __init__(self, seconds: float, *, first: float = 0.05, cap: float = 0.25, at_least_once: bool = False) -> None:
+        self.seconds = seconds
+        self.first = first
+        self.cap = cap
+        self.at_least_once = at_least_once
+        self.deadline = monotonic() + seconds
+
+    def remaining(self) -> float:
+        return self.deadline - monotonic()
+
+    def expired(self) -> bool:
+        return monotonic() >= self.deadline
+
+    def __iter__(self) -> Iterator[int]:
+        self.deadline = monotonic() + self.seconds
+        delay, attempt = self.first, 0
+        while self.at_least_once or not self.expired():
+            yield attempt
+            attempt += 1
+            if self.expired():
+                return
+            sleep(min(delay, max(0.0, self.remaining())))
+            delay = min(delay * 2, self.cap)

@@ -28,9 +28,9 @@ the wait's deadline, any other error stops the wait at once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from deploy_suite.vocab import BlockerClass, FailureCategory, StopCategory
 
@@ -41,6 +41,14 @@ MAX_BODY_CHARS = 2000
 def cut(text: str, limit: int = MAX_BODY_CHARS) -> str:
     """Bound a message or body so that logs and ledgers stay readable."""
     return text if len(text) <= limit else text[: limit - 15] + " ...[truncated]"
+
+
+class PartialResult(Protocol):
+    """A step's typed result as far as it got, carried by a stopping error and recorded in the
+    ledger before the step stops (``procedure.runstate.StepResult``; the ledger's type is not
+    named here: this module is a leaf)."""
+
+    def record(self, ledger: Any, /) -> Mapping[str, Any]: ...
 
 
 class SuiteError(Exception):
@@ -68,7 +76,7 @@ class StepBlocked(SuiteError):
     """A prerequisite is missing; the ledger status becomes ``blocked`` (nothing was attempted that
     failed) and every later step is skipped."""
 
-    def __init__(self, category: BlockerClass, message: str, fix: str, result: object | None = None) -> None:
+    def __init__(self, category: BlockerClass, message: str, fix: str, result: PartialResult | None = None) -> None:
         self.category = category
         self.message = message
         self.fix = fix
@@ -82,7 +90,8 @@ class StepFailure(SuiteError):
     step's typed result as far as it got, recorded in the ledger before the step fails."""
 
     def __init__(self, message: str, category: StopCategory = FailureCategory.FAILED, evidence: Sequence[str] = (),
-                 failed_attempt: bool = False, log_excerpt: str = "", result: object | None = None) -> None:
+                 failed_attempt: bool = False, log_excerpt: str = "",
+                 result: PartialResult | None = None) -> None:
         self.category = category
         self.evidence = list(evidence)
         self.failed_attempt = failed_attempt

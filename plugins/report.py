@@ -64,7 +64,7 @@ class ReportPlugin:
             return
         try:
             page = report_experiment.iteration_page(path)
-            ledger_mod.atomic_write_text(page, renderer.render(self.run.ledger.data, self.run.rel(path),
+            ledger_mod.atomic_write_text(page, renderer.render(self.run.document, self.run.rel(path),
                                                                renderer.links_for(path, page.parent)))
             self.pages.append(("iteration page", page))
         except OSError as exc:
@@ -101,7 +101,7 @@ class ReportPlugin:
                                     session: pytest.Session) -> None:
         path = self.run.ledger_path
         shown = self.run.rel(path) if path is not None else "not written (no deployment directory)"
-        prefix.append(renderer.report_html(self.run.ledger.data, shown, self._links()))
+        prefix.append(renderer.report_html(self.run.document, shown, self._links()))
 
     # Registered after the ledger plugin, so this wrapper is the outer one: the ledger has recorded
     # the step's outcome and evidence by the time the code after ``yield`` runs.
@@ -128,7 +128,7 @@ class ReportPlugin:
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         tr = terminalreporter
-        data = self.run.ledger.data
+        data = self.run.document
         base = self.config.invocation_params.dir
         status = data["status"]
         tr.write_sep("=", "dynamo-deploy-suite")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from deploy_suite.access.kube import DGD, Kube, Obj
+from deploy_suite.constants import Obj
 from deploy_suite.errors import StepBlocked
 from deploy_suite.vocab import BlockerClass
 
@@ -74,15 +74,3 @@ def judge(obj: Obj | None, name: str, namespace: str, manager: str) -> Ownership
     uid = (obj.get("metadata") or {}).get("uid")
     return Ownership(name, namespace, "ours" if manager in found else "foreign", found, uid)
 
-
-def check(kube: Kube, namespace: str, name: str) -> Ownership:
-    """Read the DGD (one GET) and judge it against ``kube``'s field manager."""
-    return judge(kube.get_or_none(DGD, name, namespace), name, namespace, kube.field_manager)
-
-
-def require_not_foreign(kube: Kube, namespace: str, name: str, what: str) -> Ownership:
-    """Stop (:class:`StepBlocked`) when the DGD exists and is not this experiment's."""
-    found = check(kube, namespace, name)
-    if found.foreign:
-        raise found.blocked(what)
-    return found

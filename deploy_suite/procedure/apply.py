@@ -4,15 +4,15 @@ is not foreign; record its uid at once (what step 3 of the next iteration and a 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from deploy_suite import clock, yamlio
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.constants import DGD_KIND
-from deploy_suite.errors import PlatformFault, StepBlocked
-from deploy_suite.judges import ownership
+from deploy_suite.errors import PartialResult, PlatformFault, StepBlocked
 from deploy_suite.model.dgd import Dgd, from_documents
+from deploy_suite.procedure import owner
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import resume
 from deploy_suite.record.ledger import Ledger
@@ -20,14 +20,48 @@ from deploy_suite.vocab import BlockerClass
 
 
 @dataclass
+class OwnApply:
+    """The DGD as the apiserver returned it (``dgd``: name, namespace, context, ``uid``: what step 3
+    of the next iteration and a rerun trust) and the allocation record step 6 goes on from (a
+    re-apply after a teardown closed its interval: ``reapply``). Recorded inside step 5, at once:
+    a rerun after a kill must recognise this DGD as its own (deploy_suite/record/resume.py)."""
+
+    dgd: dict[str, Any] | None
+    allocations: resume.Allocations
+    reapply: dict[str, Any] | None = None
+
+    @property
+    def uid(self) -> str | None:
+        return resume.recorded_uid({"applied_dgd": self.dgd})
+
+    def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        if self.dgd is not None:
+            ledger.set_section("applied_dgd", self.dgd)
+        if self.reapply is not None:
+            self.allocations.record(ledger)
+            ledger.add_reapply(self.reapply)
+        return {}
+
+
+@dataclass
 class Applied:
     """Step 5: the objects applied from deploy.yaml, the GPUs they request, how to clean up, and
-    whose the DGD was just before the apply (``absent`` or ``ours``)."""
+    whose the DGD was just before the apply (``absent`` or ``ours``); the DGD's uid and allocation
+    record (``own``)."""
 
     applied: list[str]
     gpus_requested: int
     cleanup_command: str
     owner_before: str = "absent"
+    own: OwnApply = field(default_factory=lambda: OwnApply(None, resume.Allocations()))
+
+    @property
+    def uid(self) -> str | None:
+        return self.own.uid
+
+    @property
+    def allocations(self) -> resume.Allocations:
+        return self.own.allocations
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
         ledger.set_section("gpus_requested", self.gpus_requested)
@@ -42,35 +76,29 @@ def apply(run: RunState, kube: Kube) -> Applied:
     path = run.manifests["deploy"]
     docs = yamlio.load_all(path, str(path))
     dgd = from_documents(docs, str(path))
-    before = ownership.require_not_foreign(kube, run.namespace, dgd.name, "step 5 refuses to apply over it")
+    before = owner.require_not_foreign(kube, run.namespace, dgd.name, "step 5 refuses to apply over it")
     try:
         applied = kube.apply_documents(docs, run.namespace, run.rel(path))
     except PlatformFault as exc:
         raise platform_blocked(exc, "the apply") from exc
-    _record_own_apply(run, kube, dgd, applied)
+    own = run.record(_own_apply(run.carried.allocations.copy(), kube, dgd, applied))
     return Applied([f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in applied], dgd.total_gpus(),
                    f"kubectl --context {kube.context} delete dynamographdeployment {dgd.name} -n {run.namespace}",
-                   before.state)
+                   before.state, own)
 
 
-def _record_own_apply(run: RunState, kube: Kube, dgd: Dgd, applied: Sequence[Obj]) -> None:
-    """Saved at once, before the step ends: a rerun after a kill must recognise this DGD as its own
-    (deploy_suite/record/resume.py). A re-apply after a teardown resets ``torn_down_at`` and closes the
+def _own_apply(allocations: resume.Allocations, kube: Kube, dgd: Dgd, applied: Sequence[Obj]) -> OwnApply:
+    """The DGD's uid as applied; a re-apply after a teardown resets ``torn_down_at`` and closes the
     allocation interval it ended; the next bound GPU pod opens a new one (step 6)."""
     obj = next((o for o in applied if o.get("kind") == DGD_KIND and (o.get("metadata") or {}).get("name") == dgd.name),
                None)
-    data = run.ledger.data
-    if obj is not None:
-        run.ledger.set_section("applied_dgd", resume.applied_record(obj, kube.context, clock.iso_now(),
-                                                                    kube.field_manager))
-    reset = resume.reopen(data)
-    if reset is not None:
-        data["reapplies"].append({"at": clock.iso_now(), "dgd": dgd.name, "reason": "re-applied after a teardown",
-                                  "torn_down_at": reset})
-    run.save()
+    record = resume.applied_record(obj, kube.context, clock.iso_now(), kube.field_manager) if obj is not None else None
+    reset = allocations.reopened()
+    return OwnApply(record, allocations, None if reset is None else {
+        "at": clock.iso_now(), "dgd": dgd.name, "reason": "re-applied after a teardown", "torn_down_at": reset})
 
 
-def platform_blocked(exc: PlatformFault, during: str, result: object | None = None) -> StepBlocked:
+def platform_blocked(exc: PlatformFault, during: str, result: PartialResult | None = None) -> StepBlocked:
     """An unreachable webhook of the operator blocks the run: the platform's fault, not the
     candidate's, so no failed attempt is recorded (docs/operator-generations.md, "Platform faults")."""
     return StepBlocked(BlockerClass.PLATFORM, f"{during} met a platform fault: {exc}",

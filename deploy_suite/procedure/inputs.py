@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,8 @@ from deploy_suite.model.manifests import (
 from deploy_suite.model.workload import WORKLOAD_FIX, Workload, contract_dgd_candidates, parse_workload
 from deploy_suite.procedure.settings import Settings, SupportInput, deploy_id
 from deploy_suite.procedure.workspace import AppliedManifest, PreviousDeployment, Resume, claim, fill, read_previous
+from deploy_suite.record.ledger import Ledger
+from deploy_suite.record.resume import Carried
 from deploy_suite.yamlio import load_yaml_documents
 
 
@@ -61,6 +63,47 @@ class Prepared:
     unselected: tuple[FileRef, ...]
     previous: PreviousDeployment | None
     resume: Resume | None
+    iteration: int = 0
+    # What an earlier run of this iteration recorded (a rerun): its own apply, retire, allocations.
+    carried: Carried = field(default_factory=Carried)
+
+    def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        """Step 1's ledger fields, and its evidence card."""
+        exp_root = self.exp_root
+        for name, value in (
+            ("kube_context", self.workload.kube_context), ("namespace", self.workload.namespace),
+            ("dgd_name", self.dgd_name), ("user_workload", self.workload_file.record()),
+            ("source_dgd", self.source_dgd.record()),
+            ("applied_manifests", [m.record(exp_root) for m in self.manifests]),
+            ("previous_deployment", self.previous.record(exp_root) if self.previous else None),
+        ):
+            ledger.set_section(name, value)
+        if self.resume is not None:
+            ledger.note_resume(kept=list(self.resume.kept), recopied=list(self.resume.recopied),
+                               removed=list(self.resume.removed))
+        download = next((m for m in self.manifests if m.type == "model-download"), None)
+        evidence: dict[str, Any] = {
+            "deploy_root": rel(self.deploy_root, exp_root),
+            "directory": "resumed" if self.resume is not None else "created",
+            "checks": [
+                "user_workload.yaml SHA-256 recomputed and equal to the handoff",
+                "user_workload.yaml is one mapping with the required fields",
+                "assigned DGD SHA-256 recomputed and equal to the handoff before copying",
+                *(["assigned DGD equals the contract's deployment.dgd_path and dgd_sha256"]
+                  if self.iteration == 0 else
+                  ["previous deployment ledger read: DGD, context and namespace to retire"]),
+                "every input resolves inside EXP_ROOT",
+                "sources re-hashed after copying: unchanged",
+            ],
+            "dgd_precision_tokens": list(self.precision),
+            "copies": {m.type: {"copy": rel(m.path, exp_root), "from": m.source.rel} for m in self.manifests},
+        }
+        if download is not None:
+            evidence["download_variant"] = {
+                "chosen": download.source_name,
+                "not_chosen": [u.path.name for u in self.unselected],
+            }
+        return evidence
 
     def manifest_paths(self) -> dict[str, Path]:
         return {m.type: m.path for m in self.manifests}
@@ -163,6 +206,8 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
         unselected=tuple(unselected),
         previous=previous,
         resume=resume,
+        iteration=settings.iteration,
+        carried=Carried.of(earlier if resuming else None),
     )
 
 

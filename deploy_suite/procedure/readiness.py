@@ -14,11 +14,10 @@ from deploy_suite.errors import Forbidden, KubeError, PlatformFault, StepBlocked
 from deploy_suite.judges import conditions
 from deploy_suite.judges.membership import components
 from deploy_suite.model.dgd import Dgd, load_dgd
-from deploy_suite.procedure import evidence
-from deploy_suite.procedure.apply import platform_blocked
+from deploy_suite.procedure import evidence, waits
+from deploy_suite.procedure.apply import Applied, platform_blocked
 from deploy_suite.procedure.retire import Progress, quiet
 from deploy_suite.procedure.runstate import RunState
-from deploy_suite.record import resume
 from deploy_suite.record.ledger import Ledger
 from deploy_suite.vocab import FailureCategory, TeardownAction, TeardownPolicy
 
@@ -89,7 +88,7 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
                failed_grace_s: float = 30.0) -> Readiness:
     """DGD Ready with state successful and observedGeneration current; every component x replica
     Running and ready; pending pods and containers triaged as soon as they say why
-    (:class:`conditions.DgdReady`); the frontend Service present when one is expected.
+    (:class:`waits.DgdReady`); the frontend Service present when one is expected.
 
     Progress-aware: the wait goes on while pods advance and fails (``no-progress``) after
     ``no_progress_s`` without progress, naming the last progress seen; ``timeout`` is the hard cap.
@@ -101,7 +100,7 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
         nodes: list[Obj] | None = kube.list_items("Node")[0]
     except Forbidden:
         nodes = None
-    ready = conditions.DgdReady(conditions.PendingTriage(
+    ready = waits.DgdReady(waits.PendingTriage(
         kube, namespace, nodes, contention_recheck_s, lambda pod: evidence.last_lines(kube, namespace, pod)), dgd.name,
                                 sum(expected.values()), on_allocated, kube.field_manager, failed_grace_s,
                                 tuple(c.name for c in dgd.components))
@@ -118,17 +117,17 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
             if now - started >= timeout:
                 raise StepFailure(f"{exc} (the hard cap timeouts.readiness_s, pods still progressing); "
                                   f"last progress: {_progress_line(ready, started)}", FailureCategory.TIMEOUT,
-                                  [exc.last_state], result=_progress(ready, started)) from exc
+                                  [exc.last_state], result=_partial(ready, started)) from exc
             if now - ready.progress_mono >= no_progress_s:
                 raise StepFailure(f"no progress for {now - ready.progress_mono:.0f}s (timeouts.readiness_no_progress_s "
                                   f"{no_progress_s:.0f}s); last progress: {_progress_line(ready, started)}; last seen: "
                                   f"{exc.last_state}", FailureCategory.NO_PROGRESS, [exc.last_state],
-                                  result=_progress(ready, started)) from exc
+                                  result=_partial(ready, started)) from exc
         except (StepFailure, StepBlocked) as exc:
-            exc.result = _progress(ready, started)
+            exc.result = _partial(ready, started)
             raise
         except PlatformFault as exc:
-            raise platform_blocked(exc, "the readiness wait", _progress(ready, started)) from exc
+            raise platform_blocked(exc, "the readiness wait", _partial(ready, started)) from exc
         except KubeError as exc:  # a refusal (403, 404, ...) stops the wait at once: not the attempt's fault
             raise StepFailure(f"the readiness wait stopped: {exc}", FailureCategory.API_ERROR) from exc
     out = Readiness("ready", ready.dgd_state, ready.ready_condition, ready.ready_reason,
@@ -144,13 +143,20 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend
     return out
 
 
-def _progress(ready: conditions.DgdReady, started: float) -> dict[str, Any]:
+def _progress(ready: waits.DgdReady, started: float) -> dict[str, Any]:
     return {"what": ready.last_progress, "at": ready.last_progress_at,
             "after_s": round(ready.progress_mono - started, 3), "milestones": len(ready.reached),
             "contention": ready.contention[-3:], "reconcile_errors": ready.reconcile_errors}
 
 
-def _progress_line(ready: conditions.DgdReady, started: float) -> str:
+def _partial(ready: waits.DgdReady, started: float) -> Readiness:
+    """What a stopped wait saw: its last progress, the last contention and the reconcile errors."""
+    progress = _progress(ready, started)
+    return Readiness(last_progress=progress, contention=list(progress["contention"]),
+                     reconcile_errors=list(progress["reconcile_errors"]))
+
+
+def _progress_line(ready: waits.DgdReady, started: float) -> str:
     return f"{ready.last_progress} at {ready.last_progress_at} ({ready.progress_mono - started:.0f}s after the start)"
 
 
@@ -161,11 +167,13 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
     DGD is deleted; the attempt is recorded (a failed attempt when the manifest can never run or
     crashes)."""
     dgd = load_dgd(run.manifests["deploy"])
+    applied = run.result(Applied)
+    allocations = (applied.allocations if applied is not None else run.carried.allocations).copy()
 
     def allocated(at: str) -> None:
         # A rerun on the same live DGD keeps its open interval; allocated_at stays the first start.
-        if resume.open_allocation(run.ledger.data, at):
-            run.save()
+        allocations.opened(at)
+        run.record(allocations)  # saved at once: the GPUs are held from now on
 
     t = run.settings.timeouts
     try:
@@ -175,14 +183,13 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
                          failed_grace_s=t.reconcile_error_grace_s)
     except (StepFailure, StepBlocked) as exc:
         verdict_at = clock.iso_now_precise()
-        progress = exc.result if isinstance(exc.result, dict) else None
+        seen = exc.result if isinstance(exc.result, Readiness) else Readiness()
         # A platform fault (StepBlocked) is not the candidate's attempt: kept, never a failed attempt.
         failed = Readiness(exc.category, diagnosis=str(exc),
                            evidence=exc.evidence if isinstance(exc, StepFailure) else [exc.message], failed=True,
                            failed_attempt=isinstance(exc, StepFailure) and exc.failed_attempt,
-                           last_progress=progress, contention=list((progress or {}).get("contention") or []),
-                           reconcile_errors=list((progress or {}).get("reconcile_errors") or []),
-                           verdict_at=verdict_at)
+                           last_progress=seen.last_progress, contention=seen.contention,
+                           reconcile_errors=seen.reconcile_errors, verdict_at=verdict_at)
         found, text = evidence.collect(kube, run.namespace, dgd.name)
         found.log_file = run.rel(evidence.write(run.deploy_root / "logs", dgd.name, text))
         failed.failure_evidence = found.as_dict()
@@ -221,7 +228,7 @@ def teardown(kube: Kube, namespace: str, dgd_name: str, failed: Readiness, *, ke
     deleted = {**entry, "action": TeardownAction.DELETED, "at": clock.iso_now(),
                "reason": f"{failed.state}: the attempt can never succeed as written; deleted to free its GPUs"}
     try:
-        kube.wait(conditions.dgd_pods_gone(namespace, dgd_name), timeout=pods_gone_s, on_progress=on_progress)
+        kube.wait(waits.dgd_pods_gone(namespace, dgd_name), timeout=pods_gone_s, on_progress=on_progress)
     except (WaitTimeout, KubeError) as exc:
         return {**deleted, "pods_gone_at": None, "reason": f"{deleted['reason']}; its pods were not seen gone: {exc}"}
     return {**deleted, "pods_gone_at": clock.iso_now()}

@@ -10,7 +10,8 @@ from typing import Any
 from deploy_suite import clock
 from deploy_suite.access.kube import DGD, Kube, Obj
 from deploy_suite.errors import StepBlocked
-from deploy_suite.judges import conditions, ownership
+from deploy_suite.judges import ownership
+from deploy_suite.procedure import waits
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.workspace import PreviousDeployment
 from deploy_suite.record import experiment, resume
@@ -48,6 +49,7 @@ class Retired:
     context_change: dict[str, Any] | None = None
     retired: RetireResult | None = None
     ledger_file: str | None = None  # the retired iteration's ledger, EXP_ROOT-relative
+    earlier: Mapping[str, Any] | None = None  # the retire an earlier run of this iteration recorded
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
         evidence: dict[str, Any] = {}
@@ -55,8 +57,8 @@ class Retired:
             evidence["manifest_context_update"] = self.context_change
         if self.retired is not None:
             section = {**self.retired.as_dict(), "ledger": self.ledger_file}
-            earlier = ledger.data.get("retired_previous")
-            if self.retired.action != "deleted" and isinstance(earlier, dict) and earlier.get("existed"):
+            earlier = self.earlier
+            if self.retired.action != "deleted" and earlier is not None and earlier.get("existed"):
                 # A rerun keeps the record of the deletion an earlier run of this iteration did.
                 section = {**earlier, "rerun": section}
             ledger.set_section("retired_previous", section)
@@ -80,8 +82,8 @@ def retire_previous(kube: Kube, namespace: str, dgd_name: str, timeout: float,
 
 
 def _wait_gone(kube: Kube, result: RetireResult, timeout: float, on_progress: Progress) -> None:
-    kube.wait(conditions.dgd_gone(result.namespace, result.dgd), timeout=timeout, on_progress=on_progress)
-    kube.wait(conditions.dgd_pods_gone(result.namespace, result.dgd), timeout=timeout, on_progress=on_progress)
+    kube.wait(waits.dgd_gone(result.namespace, result.dgd), timeout=timeout, on_progress=on_progress)
+    kube.wait(waits.dgd_pods_gone(result.namespace, result.dgd), timeout=timeout, on_progress=on_progress)
     result.pods_gone_at = clock.iso_now()
 
 
@@ -93,7 +95,7 @@ def retire(run: RunState, kube: Kube) -> Retired:
     the one step 5 recorded) is kept. A live DGD is deleted only when both guards agree: its uid is
     the previous iteration's (``deploy_suite.record.resume``) and it carries the experiment's field manager
     (``deploy_suite.judges.ownership``); anything else blocks, untouched."""
-    out = Retired(experiment.update_manifest_context(run.exp_root, kube.context))
+    out = Retired(experiment.update_manifest_context(run.exp_root, kube.context), earlier=run.carried.retired_previous)
     if out.context_change is not None:
         run.add_evidence(manifest_context_update=out.context_change)  # kept even if the retire fails
     prev = run.previous
@@ -114,7 +116,7 @@ def retire(run: RunState, kube: Kube) -> Retired:
 def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, ledger_file: str) -> RetireResult:
     timeout = run.settings.timeouts.retire_s
     live = kube.get_or_none(DGD, prev.dgd_name, prev.namespace)
-    owner = resume.whose(live, resume.recorded_uid(run.ledger.data), prev.applied_uid)
+    owner = resume.whose(live, run.carried.uid, prev.applied_uid)
     _refuse_unless_ours(live, owner, ownership.judge(live, prev.dgd_name, prev.namespace, kube.field_manager),
                         prev, run.settings.iteration - 1)
     if owner == "previous":
@@ -128,7 +130,7 @@ def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, ledger_
         result = RetireResult(prev.dgd_name, prev.namespace, kube.context, "", False, action=action)
         if owner is None:
             _wait_gone(kube, result, timeout, run.progress)  # its pods may still be terminating
-    earlier = run.ledger.data.get("retired_previous") or {}
+    earlier = run.carried.retired_previous or {}
     # torn_down_at when the pods are gone, written once: by this run's deletion, or by the rerun of
     # one that deleted and was killed before it could write it (its record was saved at the delete).
     ours = owner == "previous" or (owner is None and earlier.get("existed") and not earlier.get("pods_gone_at"))

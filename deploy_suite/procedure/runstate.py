@@ -7,7 +7,7 @@ missing module is simply ``not_run``, and, because the procedure's order is a sa
 (validate before mutate), every later step is then skipped.
 
 ``RunState`` is what steps receive (through the ``run`` fixture): the frozen settings, the ledger,
-step 1's result and helpers to record evidence, blockers and commands. The pytest plugin
+each step's typed result and helpers to record evidence, blockers and commands. The pytest plugin
 (``deploy_suite.plugins.ledger``) drives the lifecycle (``begin_step``/``end_step``/
 ``skip_step``/``finish``); steps never call those. One context is passed along, and a stopped
 step skips the rest with a reason, because a later step run after a failed one would act on a
@@ -29,6 +29,7 @@ from deploy_suite.procedure.inputs import Prepared, verify_sources
 from deploy_suite.procedure.settings import Settings
 from deploy_suite.procedure.workspace import PreviousDeployment, own_directory_ledger, release_deployment_lock
 from deploy_suite.record import ledger as ledger_mod
+from deploy_suite.record.resume import Carried
 from deploy_suite.vocab import BlockerClass, RunStatus, StepOutcome
 
 
@@ -85,6 +86,8 @@ class RunState:
     settings: Settings
     ledger: ledger_mod.Ledger
     prepared: Prepared | None = None
+    # What an earlier run of this iteration recorded (step 1 reads it; empty on a first run).
+    carried: Carried = field(default_factory=Carried)
     current: str | None = None  # the step running now
     stopped: tuple[str, str] | None = None  # (step, reason) that makes every later step skip
     _started: dict[str, float] = field(default_factory=dict)
@@ -152,6 +155,11 @@ class RunState:
     def previous(self) -> PreviousDeployment | None:
         return self._need().previous
 
+    @property
+    def document(self) -> Mapping[str, Any]:
+        """The ledger document as written so far, for views of the run (the report pages, the summary)."""
+        return self.ledger.data
+
     def rel(self, path: Path) -> str:
         """EXP_ROOT-relative path for the ledger."""
         return Path(os.path.relpath(os.path.realpath(path), self.exp_root)).as_posix()
@@ -178,6 +186,8 @@ class RunState:
     def record(self, result: R) -> R:
         """Keep a step's typed result for later steps and write its ledger sections and evidence."""
         self.results[type(result)] = result
+        if isinstance(result, Prepared):  # step 1: what every later step reads of the inputs
+            self.prepared, self.carried = result, result.carried
         self.evidence.update(result.record(self.ledger))
         self.save()
         return result
@@ -240,51 +250,6 @@ class RunState:
                 "previous_blockers": previous.get("blockers") or [],
                 "previous_diagnostics": previous.get("diagnostics") or [],
             })
-        self.save()
-
-    def adopt(self, prepared: Prepared) -> None:
-        """Record step 1's result in the ledger and make it available to later steps."""
-        self.prepared = prepared
-        data = self.ledger.data
-        exp_root = prepared.exp_root
-        data.update(
-            kube_context=prepared.workload.kube_context,
-            namespace=prepared.workload.namespace,
-            dgd_name=prepared.dgd_name,
-            user_workload=prepared.workload_file.record(),
-            source_dgd=prepared.source_dgd.record(),
-            applied_manifests=[m.record(exp_root) for m in prepared.manifests],
-            previous_deployment=prepared.previous.record(exp_root) if prepared.previous else None,
-        )
-        if prepared.resume is not None and data["resumes"]:
-            data["resumes"][-1].update(
-                kept=list(prepared.resume.kept),
-                recopied=list(prepared.resume.recopied),
-                removed=list(prepared.resume.removed),
-            )
-        download = next((m for m in prepared.manifests if m.type == "model-download"), None)
-        evidence: dict[str, Any] = {
-            "deploy_root": self.rel(prepared.deploy_root),
-            "directory": "resumed" if prepared.resume is not None else "created",
-            "checks": [
-                "user_workload.yaml SHA-256 recomputed and equal to the handoff",
-                "user_workload.yaml is one mapping with the required fields",
-                "assigned DGD SHA-256 recomputed and equal to the handoff before copying",
-                *(["assigned DGD equals the contract's deployment.dgd_path and dgd_sha256"]
-                  if self.settings.iteration == 0 else
-                  ["previous deployment ledger read: DGD, context and namespace to retire"]),
-                "every input resolves inside EXP_ROOT",
-                "sources re-hashed after copying: unchanged",
-            ],
-            "dgd_precision_tokens": list(prepared.precision),
-            "copies": {m.type: {"copy": self.rel(m.path), "from": m.source.rel} for m in prepared.manifests},
-        }
-        if download is not None:
-            evidence["download_variant"] = {
-                "chosen": download.source_name,
-                "not_chosen": [u.path.name for u in prepared.unselected],
-            }
-        self.add_evidence(**evidence)
         self.save()
 
     def refuse_input(self, step: str, error: InputError) -> None:

@@ -308,11 +308,6 @@ class _Forward:
 DEAD_TUNNEL_AFTER = 5
 
 
-def _pause(seconds: float, deadline: float) -> None:
-    # Between HTTP probes (there is nothing to watch over HTTP): bounded and short.
-    clock.sleep(min(seconds, max(0.0, deadline - clock.monotonic())))
-
-
 def run_smoke(kube: Kube, endpoint: Endpoint, namespace: str, served_model: str, deploy_root: Path,
               prompt: str = DEFAULT_PROMPT, settings: SmokeSettings | None = None,
               on_progress: Callable[[str], None] | None = None, kubectl: str = "kubectl",
@@ -359,12 +354,11 @@ def run_smoke(kube: Kube, endpoint: Endpoint, namespace: str, served_model: str,
 
 def _gate_reach(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: SmokeResult,
                 progress: Callable[[str], None]) -> str | None:
-    deadline = clock.monotonic() + s.reach_attempts * s.reach_interval
-    delay = 0.05
+    poll = clock.Poll(s.reach_attempts * s.reach_interval, cap=s.backoff_cap)
     dropped = 0
-    while clock.monotonic() < deadline:
+    for _ in poll:
         try:
-            base = fwd.url(max(1.0, deadline - clock.monotonic()))
+            base = fwd.url(max(1.0, poll.remaining()))
             resp = http.get(base + "/v1/models")
             result.models_http_code = resp.status_code
             return base
@@ -378,16 +372,12 @@ def _gate_reach(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: Smo
         except (httpx.HTTPError, WaitTimeout) as exc:
             dropped = 0
             progress(f"smoke: waiting for the port-forward ({type(exc).__name__})")
-        _pause(delay, deadline)
-        delay = min(delay * 2, s.backoff_cap)
     return None
 
 
 def _gate_listed(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: SmokeResult, served_model: str,
                  smoke_dir: Path, progress: Callable[[str], None]) -> bool:
-    deadline = clock.monotonic() + s.list_attempts * s.list_interval
-    delay = 0.05
-    while clock.monotonic() < deadline:
+    for _ in clock.Poll(s.list_attempts * s.list_interval, cap=s.backoff_cap):
         try:
             resp = http.get(fwd.url(s.reach_interval * s.reach_attempts) + "/v1/models")
             result.models_http_code = resp.status_code
@@ -403,8 +393,6 @@ def _gate_listed(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: Sm
                 progress(f"smoke: /v1/models answered {resp.status_code}")
         except (httpx.HTTPError, ValueError, WaitTimeout) as exc:
             progress(f"smoke: /v1/models not answering ({type(exc).__name__}); re-establishing")
-        _pause(delay, deadline)
-        delay = min(delay * 2, s.backoff_cap)
     return False
 
 
@@ -420,9 +408,9 @@ def _gate_chat(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: Smok
                smoke_dir: Path, progress: Callable[[str], None]) -> Any:
     """The chat request; repeated with backoff for at most ``s.chat_not_ready`` seconds while the
     answer says the model is not routable yet (each answer counted in ``result.chat_attempts``)."""
-    deadline = clock.monotonic() + s.chat_not_ready
-    delay = 0.25
-    while True:
+    poll = clock.Poll(s.chat_not_ready, first=0.25, cap=4.0, at_least_once=True)
+    body: Any = None
+    for _ in poll:
         resp = http.post(fwd.url(s.reach_interval * s.reach_attempts) + "/v1/chat/completions",
                          json=result.api_request, headers=headers)
         result.api_http_code = resp.status_code
@@ -433,12 +421,11 @@ def _gate_chat(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: Smok
         except ValueError:
             body = {"raw": resp.text[:2000]}
         result.api_response = body
-        if not _not_ready_yet(resp.status_code, body) or clock.monotonic() >= deadline:
+        if not _not_ready_yet(resp.status_code, body) or poll.expired():
             return body
         progress(f"smoke: chat answered {resp.status_code} ({json.dumps(body)[:120]}); the listed model may not "
                  "be routable yet, asking again")
-        _pause(delay, deadline)
-        delay = min(delay * 2, 4.0)
+    return body  # not reached: the poll ends only after an answer judged above
 
 
 def _judge(result: SmokeResult, body: Any, deploy_root: Path, endpoint: Endpoint) -> SmokeResult:

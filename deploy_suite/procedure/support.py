@@ -12,7 +12,7 @@ from deploy_suite import clock, yamlio
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.constants import LABEL_JOB_NAME
 from deploy_suite.errors import Forbidden, KubeError, StepFailure, WaitTimeout
-from deploy_suite.judges import conditions
+from deploy_suite.procedure import waits
 from deploy_suite.procedure.retire import Progress, quiet
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record.ledger import Ledger, redact
@@ -67,7 +67,7 @@ def names_of(docs: Sequence[Any], kind: str) -> list[str]:
 def wait_pvcs_bound(kube: Kube, namespace: str, names: Sequence[str], timeout: float,
                     on_progress: Progress = quiet) -> None:
     for name in names:
-        kube.wait(conditions.pvc_bound(namespace, name), timeout=timeout, on_progress=on_progress)
+        kube.wait(waits.pvc_bound(namespace, name), timeout=timeout, on_progress=on_progress)
 
 
 def immediate_claims(kube: Kube, namespace: str, names: Sequence[str]) -> list[str]:
@@ -90,11 +90,11 @@ def immediate_claims(kube: Kube, namespace: str, names: Sequence[str]) -> list[s
 
 def run_job(kube: Kube, namespace: str, job: str, kind: str, timeout: float, logs_dir: Path,
             on_progress: Progress = quiet) -> JobResult:
-    """Wait for a Job (:class:`conditions.JobComplete`); a failed one fails fast with its pod's
+    """Wait for a Job (:class:`waits.JobComplete`); a failed one fails fast with its pod's
     last log lines kept under logs/."""
     started = clock.monotonic()
     try:
-        kube.wait(conditions.JobComplete(kube, namespace, job, kind), timeout=timeout, on_progress=on_progress)
+        kube.wait(waits.JobComplete(kube, namespace, job, kind), timeout=timeout, on_progress=on_progress)
     except StepFailure as exc:
         if exc.category != "job-failed":
             raise

@@ -37,14 +37,14 @@ from deploy_suite.constants import (
 )
 from deploy_suite.errors import Forbidden, NotFound, StepBlocked
 from deploy_suite.judges import capacity as capacity_mod
-from deploy_suite.judges import ownership, placement, sku
+from deploy_suite.judges import placement, sku
 from deploy_suite.model import knobs
 from deploy_suite.model.dgd import Dgd, from_documents
 from deploy_suite.model.files import sha256_file
 from deploy_suite.model.references import image_tag, referenced_claims, referenced_secrets, walk
 from deploy_suite.model.scheduling import BLOCKING_TAINT_EFFECTS, Taint
 from deploy_suite.model.workload import contract_dgd_candidates
-from deploy_suite.procedure import dryrun, platform
+from deploy_suite.procedure import dryrun, owner, platform
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import budget, experiment, resume
 from deploy_suite.record.ledger import Ledger, atomic_write_text
@@ -428,7 +428,7 @@ class Validator:
         seen = []
         for (ns, name), what in targets.items():
             try:
-                found = ownership.check(self.kube, ns, name)
+                found = owner.check(self.kube, ns, name)
             except Forbidden:
                 self.report.block(BlockerClass.OWNERSHIP, f"DGD {ns}/{name}: get forbidden, so who created it is "
                                   "unknown", "grant get on dynamographdeployments in the namespace")
@@ -523,8 +523,7 @@ class Preflight:
         rep = self.report
         for patch in rep.patches:
             ledger.add_patch(patch.file, patch.change, patch.reason)
-        for entry in ledger.data.get("applied_manifests") or []:
-            entry["sha256"] = self.copy_sha256.get(entry["type"], entry["sha256"])
+        ledger.set_copy_sha256(self.copy_sha256)
         for limitation in rep.limitations:
             ledger.add_limitation(limitation)
         capacity = (rep.capacity or {}).get("capacity")
@@ -555,8 +554,8 @@ class Preflight:
 def own_live_dgd(run: RunState, kube: Kube) -> tuple[str, str] | None:
     """(namespace, name) of this iteration's own DGD when it is live: its uid is the one an earlier
     run's step 5 recorded (a rerun). Read-only."""
-    own = run.ledger.data.get("applied_dgd") or {}
-    uid = resume.recorded_uid(run.ledger.data)
+    own = run.carried.applied_dgd or {}
+    uid = run.carried.uid
     if uid is None or own.get("kube_context") != kube.context:
         return None
     try:
@@ -584,7 +583,7 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
         baseline_dgd_path=baseline, workload=workload, display_root=run.exp_root,
         # Only a DGD on this same cluster frees GPUs here when step 3 deletes it.
         retiring=(prev.namespace, prev.dgd_name) if prev and prev.kube_context == kube.context else None,
-        own=own_live_dgd(run, kube), other_live_gpus=live, own_uid=resume.recorded_uid(run.ledger.data),
+        own=own_live_dgd(run, kube), other_live_gpus=live, own_uid=run.carried.uid,
         retiring_uid=prev.applied_uid if prev else None))
     # Budgets last: a spent one is the line the step stops with, before step 3 retires anything.
     spent = budget.assess(run.exp_root, run.workload.data.get("budgets"), report.gpus_requested,

@@ -328,6 +328,8 @@ SECTIONS = (
     "endpoint", "retired_previous", "preflight", "capacity", "budget", "readiness", "smoke",
     "gpus_requested", "allocated_at", "torn_down_at", "frontend_service", "served_model", "dgd_name",
     "applied_dgd", "allocations", "teardown",
+    # step 1's record of its inputs
+    "kube_context", "namespace", "user_workload", "source_dgd", "applied_manifests", "previous_deployment",
 )
 
 
@@ -380,6 +382,19 @@ class Ledger:
         self.data["failed_attempts"].append(
             {"at": clock.iso_now(), "step": step, "category": category, "evidence": evidence, "diagnosis": diagnosis}
         )
+
+    def add_reapply(self, entry: Mapping[str, Any]) -> None:
+        self.data["reapplies"].append(dict(entry))
+
+    def note_resume(self, **items: Any) -> None:
+        """Add to the ``resumes`` entry of this run (a no-op when the run is not a resume)."""
+        if self.data["resumes"]:
+            self.data["resumes"][-1].update(items)
+
+    def set_copy_sha256(self, by_type: Mapping[str, str]) -> None:
+        """The run-scoped copies' SHA-256 after step 2's compatibility patches (step 1 hashed them before)."""
+        for entry in self.data.get("applied_manifests") or []:
+            entry["sha256"] = by_type.get(entry["type"], entry["sha256"])
 
     def set_section(self, name: str, value: Any) -> None:
         if name not in SECTIONS:

@@ -17,11 +17,14 @@ A rerun of iteration N (same candidate, same directory) must be idempotent at ev
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from deploy_suite import clock
+from deploy_suite.record.ledger import Ledger
 
 Whose = Literal["mine", "previous", "unknown"]
 
@@ -97,6 +100,74 @@ def reopen(data: MutableMapping[str, Any]) -> str | None:
     data["allocations"] = spans
     data["torn_down_at"] = None
     return str(torn)
+
+
+@dataclass
+class Allocations:
+    """This iteration's GPU allocation record, typed: the ledger's ``allocations``, ``allocated_at``
+    and ``torn_down_at``, as an earlier run left them, step 5 reopened them and step 6 opens one.
+    A step result: ``record`` writes the three sections."""
+
+    allocations: list[dict[str, Any]] = field(default_factory=list)
+    allocated_at: str | None = None
+    torn_down_at: str | None = None
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any] | None) -> Allocations:
+        data = data or {}
+        return cls(copy.deepcopy(list(data.get("allocations") or [])), data.get("allocated_at"),
+                   data.get("torn_down_at"))
+
+    def fields(self) -> dict[str, Any]:
+        return {"allocations": self.allocations, "allocated_at": self.allocated_at, "torn_down_at": self.torn_down_at}
+
+    def copy(self) -> Allocations:
+        return Allocations.of(self.fields())
+
+    def _take(self, data: Mapping[str, Any]) -> None:
+        self.allocations, self.allocated_at = data["allocations"], data["allocated_at"]
+        self.torn_down_at = data["torn_down_at"]
+
+    def opened(self, at: str) -> bool:
+        """:func:`open_allocation` on this record."""
+        data = self.fields()
+        changed = open_allocation(data, at)
+        self._take(data)
+        return changed
+
+    def reopened(self) -> str | None:
+        """:func:`reopen` on this record."""
+        data = self.fields()
+        reset = reopen(data)
+        self._take(data)
+        return reset
+
+    def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        for name, value in self.fields().items():
+            ledger.set_section(name, value)
+        return {}
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What an earlier run of this iteration recorded in its ledger (a rerun in the same directory):
+    its own apply (``applied_dgd``), the retire it did, its allocation record. Step 1 reads it once;
+    later steps read it here, never from the ledger."""
+
+    applied_dgd: Mapping[str, Any] | None = None
+    retired_previous: Mapping[str, Any] | None = None
+    allocations: Allocations = field(default_factory=Allocations)
+
+    @classmethod
+    def of(cls, earlier: Mapping[str, Any] | None) -> Carried:
+        earlier = earlier or {}
+        applied, retired = earlier.get("applied_dgd"), earlier.get("retired_previous")
+        return cls(dict(applied) if isinstance(applied, Mapping) else None,
+                   dict(retired) if isinstance(retired, Mapping) else None, Allocations.of(earlier))
+
+    @property
+    def uid(self) -> str | None:
+        return recorded_uid({"applied_dgd": self.applied_dgd})
 
 
 def spans(data: Mapping[str, Any]) -> list[tuple[datetime, datetime | None]]:

@@ -14,4 +14,4 @@ from deploy_suite.procedure.runstate import RunState
 
 def test_step1_inputs(run: RunState) -> None:
     """Workload and DGD hashes recomputed, contract checked, run-scoped copies made."""
-    run.adopt(inputs.prepare(run.settings, on_directory=run.attach_directory))
+    run.record(inputs.prepare(run.settings, on_directory=run.attach_directory))

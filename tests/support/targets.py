@@ -32,9 +32,9 @@ from deploy_suite.fixtures.experiments.make_experiment import (
     refresh,
     set_line,
 )
-from deploy_suite.judges import conditions
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import MANIFESTS, OfflineCluster
+from deploy_suite.procedure import waits
 from tests.support.processes import kill_and_reap, port_forwards
 from tests.support.runs import SuiteRun, run_suite
 
@@ -171,5 +171,5 @@ def admin_target(cluster: OfflineCluster, tmp: Path, prefix: str, kind: type[Tar
         kube.delete("Namespace", target.namespace)  # its DGDs, pods and serving processes go with it
         # Terminating pods still hold their GPUs (step 2 counts them, as it must): the next test on
         # this cluster starts only when this one's pods are gone.
-        kube.wait(conditions.pods_gone(target.namespace), timeout=120)
+        kube.wait(waits.pods_gone(target.namespace), timeout=120)
         kube.close()

@@ -13,8 +13,8 @@ import pytest
 from deploy_suite.access.kube import DGD, Kube, status_error
 from deploy_suite.constants import PLATFORM_GRACE_S
 from deploy_suite.errors import PlatformFault, StepBlocked, StepFailure, Unavailable
-from deploy_suite.judges import conditions, membership, operator_status
-from deploy_suite.procedure import apply, readiness
+from deploy_suite.judges import membership, operator_status
+from deploy_suite.procedure import apply, readiness, waits
 from tests import fakekube
 from tests.fakekube import FakeApi, status
 from tests.unit.test_rollout import NS, fail_with_result, make_run, serving
@@ -44,12 +44,12 @@ def fake() -> Iterator[tuple[FakeApi, Kube, list]]:
         yield made
 
 
-def ready_condition(kube: Kube, grace: float = 30.0) -> conditions.DgdReady:
-    return conditions.DgdReady(conditions.PendingTriage(kube, NS), "demo", 1, field_manager=MANAGER,
+def ready_condition(kube: Kube, grace: float = 30.0) -> waits.DgdReady:
+    return waits.DgdReady(waits.PendingTriage(kube, NS), "demo", 1, field_manager=MANAGER,
                                failed_grace_s=grace)
 
 
-def judge(cond: conditions.DgdReady, obj: dict[str, Any], ready_pods: int = 1) -> tuple[bool, str]:
+def judge(cond: waits.DgdReady, obj: dict[str, Any], ready_pods: int = 1) -> tuple[bool, str]:
     pods = {f"{NS}/demo-w-{i}": fakekube.pod(f"demo-w-{i}", NS, phase="Running", ready=True, node="n0")
             for i in range(ready_pods)}
     return cond({"dgd": {f"{NS}/demo": obj}, "pods": pods})
@@ -209,7 +209,7 @@ def warning(kind: str, name: str, message: str, at: str = "2026-12-01T10:00:03Z"
 
 def below(kube: Kube, *events: dict[str, Any], pods: int = 0) -> tuple[bool, str]:
     """Judge a DGD (created 10:00:00) with ``pods`` of its 2 pods and the namespace's warnings."""
-    cond = conditions.DgdReady(conditions.PendingTriage(kube, NS), "demo", 2, field_manager=MANAGER,
+    cond = waits.DgdReady(waits.PendingTriage(kube, NS), "demo", 2, field_manager=MANAGER,
                                components=("Frontend", "VllmDecodeWorker"))
     obj = dgd("pending", ready=False)
     obj["metadata"]["creationTimestamp"] = "2026-12-01T10:00:00Z"
@@ -247,7 +247,7 @@ def test_an_unreachable_pod_webhook_blocks_as_a_platform_fault(fake) -> None:
     (warning("ReplicaSet", "demo-2-frontend-5c4", QUOTA), 0),
     # Every pod exists: the refusal was overcome (the quota was raised).
     (warning("ReplicaSet", "demo-vllmdecodeworker-7d9", QUOTA), 2),
-    # A pod's own events are the pod triage's (conditions.PendingTriage).
+    # A pod's own events are the pod triage's (waits.PendingTriage).
     (warning("Pod", "demo-vllmdecodeworker-7d9-x2", "0/2 nodes are available: 2 Insufficient cpu.",
              reason="FailedScheduling"), 0),
 ])

@@ -18,6 +18,7 @@ from deploy_suite.procedure.settings import Settings
 from deploy_suite.procedure.validate import Finding, Patch, Preflight, ValidationInputs, ValidationReport
 from deploy_suite.procedure.workspace import PreviousDeployment
 from deploy_suite.record.ledger import Ledger
+from deploy_suite.record.resume import Carried
 
 CONTEXT = "ctx-a"
 
@@ -57,7 +58,7 @@ def fake_run(tmp_path: Path, *, storage_class: str | None = None, served_model: 
     return SimpleNamespace(settings=settings(tmp_path, storage_class, served_model), exp_root=exp,
                            deploy_root=artifacts / "deploy-iter-001", workload=workload, previous=previous,
                            manifests=manifests, namespace="ns", current="step2_validate",
-                           ledger=SimpleNamespace(data={}))
+                           carried=Carried())
 
 
 def gates_returning(monkeypatch: pytest.MonkeyPatch, report: ValidationReport) -> list[ValidationInputs]:

@@ -20,7 +20,7 @@ from deploy_suite.record import ledger, resume
 from tests import fakekube
 from tests.fakekube import FakeApi, pod
 from tests.unit.test_capacity import node
-from tests.unit.test_rollout import DEPLOY, DGD_LABEL, NS, make_run, previous_iteration
+from tests.unit.test_rollout import DEPLOY, DGD_LABEL, NS, carry, make_run, previous_iteration
 
 POD = KNOWN["Pod"]
 T0, T1, T2, T3 = "2026-06-01T10:00:00Z", "2026-06-01T11:00:00Z", "2026-06-01T12:00:00Z", "2026-06-01T12:30:00Z"
@@ -98,8 +98,8 @@ def test_write_torn_down_at_never_overwrites(tmp_path: Path) -> None:
 
 
 def own_apply(run: Any, uid: str) -> None:
-    run.ledger.set_section("applied_dgd", {"name": "demo", "namespace": NS, "kube_context": "fake-ctx", "uid": uid,
-                                           "applied_at": T1})
+    carry(run, applied_dgd={"name": "demo", "namespace": NS, "kube_context": "fake-ctx", "uid": uid,
+                            "applied_at": T1})
 
 
 def prev_ledger(previous: Any) -> dict[str, Any]:
@@ -112,7 +112,7 @@ def test_a_rerun_after_step_5_keeps_its_own_dgd_of_the_same_name(fake, tmp_path:
     previous = previous_iteration(tmp_path, uid="uid-iter-0", torn_down_at=T0)
     run = make_run(tmp_path, iteration=1, previous=previous)
     own_apply(run, "uid-iter-1")
-    run.ledger.set_section("retired_previous", {"dgd": "demo", "existed": True, "pods_gone_at": T0})
+    carry(run, retired_previous={"dgd": "demo", "existed": True, "pods_gone_at": T0})
     api.put(DGD, {**fakekube.dgd("demo", NS), "metadata": {"name": "demo", "namespace": NS, "uid": "uid-iter-1"}})
     api.put(POD, pod("demo-worker-0", NS, labels=DGD_LABEL))  # iteration 1's own pod: not waited for
     retired = run.record(retire.retire(run, kube))
@@ -140,7 +140,7 @@ def test_a_rerun_of_a_retire_killed_before_torn_down_at_writes_it_once(fake, tmp
     previous = previous_iteration(tmp_path, uid="uid-iter-0")
     run = make_run(tmp_path, iteration=1, previous=previous)
     # What the killed run saved at its delete, before the waits: existed, no pods_gone_at yet.
-    run.ledger.set_section("retired_previous", {"dgd": "demo", "existed": True, "deleted_at": T0, "pods_gone_at": ""})
+    carry(run, retired_previous={"dgd": "demo", "existed": True, "deleted_at": T0, "pods_gone_at": ""})
     retired = run.record(retire.retire(run, kube))
     assert api.of("DELETE") == []
     result = retired.retired
@@ -219,7 +219,7 @@ def test_apply_records_its_uid_and_a_reapply_after_a_teardown_opens_a_new_interv
     assert run.ledger.data["applied_dgd"]["uid"] == first["uid"] and run.ledger.data["reapplies"] == []
     # Torn down (step 6 failed), then a rerun re-applies: a new DGD, torn_down_at reset.
     api.objects[("/apis/nvidia.com/v1alpha1", "dynamographdeployments")].clear()
-    run.ledger.data.update(allocated_at=T0, allocations=[{"allocated_at": T0, "released_at": None}], torn_down_at=T1)
+    carry(run, allocated_at=T0, allocations=[{"allocated_at": T0, "released_at": None}], torn_down_at=T1)
     apply.apply(run, kube)
     data = run.ledger.data
     assert data["applied_dgd"]["uid"] != first["uid"] and data["torn_down_at"] is None

@@ -13,12 +13,11 @@ import pytest
 
 from deploy_suite.access.kube import DGD, KNOWN, Kube
 from deploy_suite.errors import Forbidden, StepBlocked, StepFailure, WaitTimeout
-from deploy_suite.judges import conditions
-from deploy_suite.procedure import apply, readiness, retire, support
+from deploy_suite.procedure import apply, readiness, retire, support, waits
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.settings import Settings, Timeouts
 from deploy_suite.procedure.workspace import PreviousDeployment
-from deploy_suite.record import ledger
+from deploy_suite.record import ledger, resume
 from tests import fakekube
 from tests.fakekube import FakeApi, dropped, event, forbidden, job, pod
 
@@ -83,6 +82,14 @@ def make_run(tmp_path: Path, *, iteration: int = 0, previous: Any = None, suppor
                                    previous=previous, manifest_paths=lambda: manifests)  # type: ignore[assignment]
     run.begin_step(step)
     return run
+
+
+def carry(run: RunState, **sections: Any) -> None:
+    """What an earlier run of this iteration left: in the ledger (as attach_directory carries it)
+    and in the typed state step 1 reads of it (``run.carried``)."""
+    for name, value in sections.items():
+        run.ledger.set_section(name, value)
+    run.carried = resume.Carried.of({**run.ledger.data, **sections})
 
 
 def fail_with_result(call) -> tuple[BaseException, Any]:
@@ -396,7 +403,7 @@ def test_a_resumed_run_keeps_its_first_allocation_time(fake, tmp_path: Path) -> 
     api, kube, _ = fake
     serving(api)
     run = make_run(tmp_path, step="step6_readiness")
-    run.ledger.data["allocated_at"] = "2025-12-31T00:00:00Z"
+    carry(run, allocated_at="2025-12-31T00:00:00Z")
     run.record(readiness.readiness(run, kube))
     assert run.ledger.data["allocated_at"] == "2025-12-31T00:00:00Z"
 
@@ -603,12 +610,12 @@ def test_readiness_rides_out_an_apiserver_restart(fake, tmp_path: Path) -> None:
 
 
 def test_named_conditions_say_what_they_await() -> None:
-    assert conditions.dgd_gone(NS, "d").awaited == "dgd/d to disappear"
-    assert conditions.pvc_bound(NS, "c").awaited == "pvc/c Bound"
-    assert conditions.dgd_pods_gone(NS, "d").awaited == "pods labelled nvidia.com/dynamo-graph-deployment-name=d " \
+    assert waits.dgd_gone(NS, "d").awaited == "dgd/d to disappear"
+    assert waits.pvc_bound(NS, "c").awaited == "pvc/c Bound"
+    assert waits.dgd_pods_gone(NS, "d").awaited == "pods labelled nvidia.com/dynamo-graph-deployment-name=d " \
                                                         "to be deleted"
-    assert conditions.pods_gone(NS, "a=b")({"pods": {}}) == (True, "no pods left")
-    assert conditions.pvc_bound(NS, "c")({"pvc": {}}) == (False, "pvc/c phase=None")
+    assert waits.pods_gone(NS, "a=b")({"pods": {}}) == (True, "no pods left")
+    assert waits.pvc_bound(NS, "c")({"pvc": {}}) == (False, "pvc/c phase=None")
 
 
 def test_every_contention_wait_is_recorded_as_a_hold_decision(tmp_path: Path) -> None:

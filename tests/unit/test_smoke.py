@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,14 +32,6 @@ MODEL = "qwen3"
 SMALL = smoke.SmokeSettings(reach_attempts=5, reach_interval=1.0, list_attempts=3, list_interval=1.0)
 OK_CHAT = {"id": "c1", "object": "chat.completion", "choices": [{"index": 0, "message": {"content": "NVIDIA Dynamo"}}]}
 Handler = Callable[[httpx.Request], httpx.Response]
-
-
-@pytest.fixture
-def fake_clock() -> Iterator[clock.FakeClock]:
-    fake = clock.FakeClock()
-    previous = clock.install(fake)
-    yield fake
-    clock.install(previous)
 
 
 # ------------------------------------------------------------------ fakes

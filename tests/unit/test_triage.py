@@ -7,8 +7,9 @@ import pytest
 from deploy_suite import clock
 from deploy_suite.access.kube import DGD, KNOWN
 from deploy_suite.errors import StepFailure, WaitTimeout
-from deploy_suite.judges import conditions, triage
+from deploy_suite.judges import triage
 from deploy_suite.model.scheduling import pod_request, quantity
+from deploy_suite.procedure import waits
 from deploy_suite.procedure.smoke import parse_instance_id
 from deploy_suite.vocab import TriageCategory
 from tests import fakekube
@@ -206,7 +207,7 @@ def job_wait_stopped(api, kube, message):
     scheduled(api, "model-download-x", message, {"job-name": "model-download"})
     api.put(KNOWN["Job"], fakekube.job("model-download", NS))
     with pytest.raises(StepFailure) as caught:
-        kube.wait(conditions.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
+        kube.wait(waits.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
     return caught
 
 
@@ -235,7 +236,7 @@ def test_a_claim_the_scheduler_has_not_seen_yet_is_waited_for_not_a_dependency(f
     scheduled(api, "model-download-x", NOT_FOUND, {"job-name": "model-download"})
     api.put(KNOWN["Job"], fakekube.job("model-download", NS))
     api.script_watch(KNOWN["Job"], NS, [fakekube.event("MODIFIED", fakekube.job("model-download", NS, "Complete"))])
-    state = kube.wait(conditions.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
+    state = kube.wait(waits.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
     assert state.description == "job/model-download conditions: Complete"
 
 
@@ -249,13 +250,13 @@ def test_a_job_pod_waiting_for_capacity_waits_and_the_job_completes(fake):
     scheduled(api, "model-download-x", INSUFFICIENT, {"job-name": "model-download"})
     api.put(KNOWN["Job"], fakekube.job("model-download", NS))
     api.script_watch(KNOWN["Job"], NS, [fakekube.event("MODIFIED", fakekube.job("model-download", NS, "Complete"))])
-    state = kube.wait(conditions.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
+    state = kube.wait(waits.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
     assert state.description == "job/model-download conditions: Complete"
     assert len(event_reads(api)) == 1  # the same verdict is triaged once
 
 
 def ready_wait(kube, nodes=NODES, expected=1, allocated=None):
-    return conditions.DgdReady(conditions.PendingTriage(kube, NS, nodes, recheck_s=45.0), "d", expected, allocated)
+    return waits.DgdReady(waits.PendingTriage(kube, NS, nodes, recheck_s=45.0), "d", expected, allocated)
 
 
 def test_readiness_records_contention_and_triages_each_new_verdict_once(fake):
@@ -336,7 +337,7 @@ def test_a_contention_wait_is_triaged_again_when_its_next_check_comes(fake):
     api, kube = fake
     scheduled(api, "d-w-0", INSUFFICIENT, DGD_LABEL)
     waiting = pending("d-w-0", INSUFFICIENT, DGD_LABEL)
-    triager = conditions.PendingTriage(kube, NS, recheck_s=45.0)
+    triager = waits.PendingTriage(kube, NS, recheck_s=45.0)
     first = triager.verdict(waiting)
     assert first is not None and first.category == TriageCategory.CONTENTION and first.next_check_s == 45.0
     assert triager.verdict(waiting) is None  # the same message, not yet due

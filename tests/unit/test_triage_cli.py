@@ -14,8 +14,9 @@ import pytest
 from deploy_suite import cli
 from deploy_suite.access.kube import DGD, KNOWN
 from deploy_suite.errors import StepBlocked, WaitTimeout
-from deploy_suite.judges import conditions, triage
 from deploy_suite.judges import objects as triage_objects
+from deploy_suite.judges import triage
+from deploy_suite.procedure import waits
 from deploy_suite.vocab import Action, TriageCategory
 from tests import fakekube
 from tests.unit.test_triage import DGD_LABEL, NS, fake, ready_wait, scheduled  # noqa: F401 (fixture)
@@ -209,7 +210,7 @@ def test_step_6_and_the_cli_give_one_verdict_on_the_same_pod(fake):  # noqa: F81
     pod = kube.get_or_none("Pod", "d-worker-0", NS)
     assert pod is not None
     nodes = [node("a", 8), node("b", 8)]
-    step6 = conditions.PendingTriage(kube, NS, nodes).verdict(pod)
+    step6 = waits.PendingTriage(kube, NS, nodes).verdict(pod)
     events = [{**e, "kind": "Event"} for e in kube.events_for("d-worker-0", NS)]
     [cli_view] = triage_objects.triage_all(events, [{**pod, "kind": "Pod"}], nodes)
     assert step6 is not None and step6.as_dict() == cli_view.verdict.as_dict()

@@ -1,0 +1,293 @@
+"""The waits' conditions: what each wait watches, and the state it keeps between two looks.
+
+A condition names what it awaits and the collections it watches (by label) for the one wait loop
+(:func:`deploy_suite.access.watch.wait`, :meth:`Kube.wait`), and turns what the loop has seen into
+``(done, one-line state)``. The verdicts are the pure judges' (:mod:`deploy_suite.judges.conditions`,
+:mod:`deploy_suite.judges.triage`); what a judge cannot know from the watched objects lives here:
+a pending pod's events read when the scheduler gives a verdict, the progress seen, when the
+first GPU pod was bound, how long a failed state has lasted, the contention recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from deploy_suite import clock
+from deploy_suite.access.kube import Kube
+from deploy_suite.access.resources import DGD, Obj
+from deploy_suite.access.watch import Judge, Seen, Watch
+from deploy_suite.constants import LABEL_DGD_NAME, LABEL_JOB_NAME
+from deploy_suite.judges import conditions, operator_status, signatures, triage
+from deploy_suite.judges.conditions import gpus_of, milestones, stop, unschedulable
+from deploy_suite.judges.triage import Verdict  # DgdReady has a field named triage
+from deploy_suite.vocab import TriageCategory
+
+
+@dataclass(frozen=True)
+class Named:
+    """A stateless condition: a judge over its watched collections."""
+
+    awaited: str
+    watches: Mapping[str, Watch]
+    judge: Judge
+
+    def __call__(self, seen: Seen) -> tuple[bool, str]:
+        return self.judge(seen)
+
+
+# ---------------------------------------------------------------------------- deletions
+def dgd_gone(namespace: str, name: str) -> Named:
+    def judge(seen: Seen) -> tuple[bool, str]:
+        obj = seen["dgd"].get(f"{namespace}/{name}")
+        if obj is None:
+            return True, "deleted"
+        return False, f"dgd/{name} still present (deletionTimestamp {obj['metadata'].get('deletionTimestamp')})"
+
+    return Named(f"dgd/{name} to disappear", {"dgd": Watch(DGD, namespace, name)}, judge)
+
+
+def pods_gone(namespace: str, label_selector: str | None = None) -> Named:
+    """Every pod of ``namespace`` (those matching ``label_selector`` when given) is gone."""
+    def judge(seen: Seen) -> tuple[bool, str]:
+        names = sorted(o["metadata"]["name"] for o in seen["pods"].values())
+        return not names, f"{len(names)} pods left: {', '.join(names[:4])}" if names else "no pods left"
+
+    which = f"pods labelled {label_selector}" if label_selector else f"the pods of namespace {namespace}"
+    return Named(f"{which} to be deleted",
+                 {"pods": Watch("Pod", namespace, label_selector=label_selector)}, judge)
+
+
+def dgd_pods_gone(namespace: str, dgd_name: str) -> Named:
+    """Every pod the operator made for ``dgd_name`` is gone."""
+    return pods_gone(namespace, f"{LABEL_DGD_NAME}={dgd_name}")
+
+
+# ---------------------------------------------------------------------------- support manifests
+def pvc_bound(namespace: str, name: str) -> Named:
+    def judge(seen: Seen) -> tuple[bool, str]:
+        phase = (seen["pvc"].get(f"{namespace}/{name}") or {}).get("status", {}).get("phase")
+        return phase == "Bound", f"pvc/{name} phase={phase}"
+
+    return Named(f"pvc/{name} Bound", {"pvc": Watch("PersistentVolumeClaim", namespace, name)}, judge)
+
+
+class PendingTriage:
+    """Triage each unschedulable pod once per scheduler verdict (a new transition or message),
+    reading its events then: the scheduler's words are in them, not in the watched pod."""
+
+    def __init__(self, kube: Kube, namespace: str, nodes: Sequence[Obj] | None = None,
+                 recheck_s: float = 30.0,
+                 read_logs: Callable[[Obj], Mapping[str, Sequence[str]]] | None = None) -> None:
+        self.kube = kube
+        # The caller reads the terminated containers' last lines (procedure/evidence.py), once per termination.
+        self.read_logs = read_logs
+        self._logs: dict[str, tuple[str, Mapping[str, Sequence[str]]]] = {}
+        self.namespace = namespace
+        self.nodes = nodes
+        self.recheck_s = recheck_s
+        self._seen: dict[str, str] = {}
+        # When a pod waiting for capacity is due to be triaged again (clock.monotonic()).
+        self._due: dict[str, float] = {}
+        self._pulls: dict[str, tuple[str, triage.Verdict]] = {}
+
+    def verdict(self, pod: Obj) -> triage.Verdict | None:
+        """A new verdict on ``pod``; None when it is not unschedulable or nothing changed."""
+        cond = unschedulable(pod)
+        if cond is None:
+            return None
+        name = pod["metadata"]["name"]
+        stamp = f"{cond.get('lastTransitionTime')}{cond.get('message')}"
+        due = self._due.get(name)
+        if self._seen.get(name) == stamp and (due is None or clock.monotonic() < due):
+            return None
+        # A new verdict, or a wait whose recorded next check has come: read the events again (the
+        # scheduler rewrites the condition only when its reason changes).
+        verdict = triage.triage_pending(pod, self.kube.events_for(name, self.namespace), self.nodes, self.recheck_s)
+        if verdict is not None and verdict.category == TriageCategory.DEPENDENCY and self._stale_claim(verdict):
+            # The scheduler judged from a cache that had not seen the claim yet (it exists now); it
+            # retries on the claim's add event. Not recorded as seen: the next pod update re-judges.
+            return None
+        self._seen[name] = stamp
+        if verdict is not None and verdict.can_wait and verdict.next_check_s:
+            self._due[name] = clock.monotonic() + verdict.next_check_s
+        else:
+            self._due.pop(name, None)
+        return verdict
+
+    def _stale_claim(self, verdict: triage.Verdict) -> bool:
+        """True when every claim the scheduler called "not found" exists now."""
+        missing = conditions.missing_claims(verdict)
+        return bool(missing) and all(
+            self.kube.get_or_none("PersistentVolumeClaim", claim, self.namespace) is not None for claim in missing)
+
+    def containers(self, pod: Obj) -> triage.Verdict | None:
+        """The pod's container verdict (:func:`triage.triage_containers`). An image pull whose
+        waiting message does not say why (``Back-off pulling image "x"``) is judged again with the
+        pod's pull-failure events, which carry the registry's answer."""
+        verdict = triage.triage_containers(pod, logs=self._last_lines(pod))
+        if verdict is None or verdict.category != TriageCategory.PULL_RETRY:
+            return verdict
+        name = pod["metadata"]["name"]
+        stamp = " ".join(verdict.evidence)
+        if name in self._pulls and self._pulls[name][0] == stamp:  # read the events once per state
+            return self._pulls[name][1]
+        causes = conditions.pull_causes(self.kube.events_for(name, self.namespace))
+        if causes:
+            verdict = triage.triage_containers(pod, causes) or verdict
+        self._pulls[name] = (stamp, verdict)
+        return verdict
+
+    def _last_lines(self, pod: Obj) -> Mapping[str, Sequence[str]]:
+        """The last log lines of the pod's terminated containers, read again only when one ends anew."""
+        if self.read_logs is None:
+            return {}
+        status = pod.get("status") or {}
+        ended = [f"{cs.get('name')}/{cs.get('restartCount')}/{signatures.termination(cs).get('finishedAt')}"
+                 for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+                 if signatures.termination(cs)]
+        if not ended:
+            return {}
+        name, stamp = str(pod["metadata"]["name"]), " ".join(ended)
+        if self._logs.get(name, ("", {}))[0] != stamp:
+            self._logs[name] = (stamp, self.read_logs(pod))
+        return self._logs[name][1]
+
+
+class JobComplete:
+    """A Job's ``Complete`` condition (:func:`conditions.judge_job`), its pending pods triaged."""
+
+    def __init__(self, kube: Kube, namespace: str, job: str, kind: str) -> None:
+        self.namespace = namespace
+        self.job = job
+        self.kind = kind
+        self.awaited = f"job/{job} Complete"
+        self.watches = {"job": Watch("Job", namespace, job),
+                        "pods": Watch("Pod", namespace, label_selector=f"{LABEL_JOB_NAME}={job}")}
+        self.triage = PendingTriage(kube, namespace)
+
+    def __call__(self, seen: Seen) -> tuple[bool, str]:
+        obj = seen["job"].get(f"{self.namespace}/{self.job}") or {}
+        # Lazy: the pods are triaged (their events read) only when the Job itself has not failed.
+        return conditions.judge_job(self.job, self.kind, obj, map(self.triage.verdict, seen["pods"].values()))
+
+
+# ---------------------------------------------------------------------------- readiness
+@dataclass
+class DgdReady:
+    """The DGD Ready with state ``successful`` for its current spec, and ``expected_pods`` of its
+    pods Running and ready (:func:`conditions.dgd_status`).
+
+    A ``failed`` state is a verdict when its text is a known-permanent reconcile error, or when it
+    persists for ``failed_grace_s`` (:func:`conditions.reconcile_verdict`); one that clears is
+    recorded in ``reconcile_errors``.
+
+    On the way it notes when the first GPU pod was bound (``allocated_at``, reported through
+    ``on_allocated``), records contention and image pulls being retried (waiting can help), notes
+    the last progress (a pod created, scheduled, its image pulled, a container started, the ready
+    count rising: ``last_progress``), and raises for a crash loop that persists, an image that does
+    not exist, a reconciliation error or a pending verdict that waiting cannot help (a failed
+    attempt when the manifest can never run, a dependency otherwise).
+    """
+
+    triage: PendingTriage
+    name: str
+    expected_pods: int
+    on_allocated: Callable[[str], None] | None = None
+    field_manager: str | None = None
+    failed_grace_s: float = 30.0
+    components: tuple[str, ...] = ()  # the DGD's component names: the names its children take
+    allocated_at: str | None = None
+    contention: list[dict[str, Any]] = field(default_factory=list)
+    dgd_state: str | None = None
+    ready_condition: str | None = None
+    ready_reason: str | None = None
+    generation_rule: str | None = None
+    reconcile_errors: list[dict[str, Any]] = field(default_factory=list)
+    reached: set[str] = field(default_factory=set)
+    last_progress: str = "nothing yet"
+    last_progress_at: str | None = None
+    progress_mono: float = field(default_factory=clock.monotonic)
+    _waits: dict[str, str] = field(default_factory=dict)
+    _failed_since: float | None = None
+
+    @property
+    def awaited(self) -> str:
+        return f"dgd/{self.name} Ready with all pods ready"
+
+    @property
+    def watches(self) -> Mapping[str, Watch]:
+        return {"dgd": Watch(DGD, self.triage.namespace, self.name),
+                "pods": Watch("Pod", self.triage.namespace, label_selector=f"{LABEL_DGD_NAME}={self.name}"),
+                "events": Watch("Event", self.triage.namespace, field_selector="type=Warning")}
+
+    def progressed(self, what: str) -> None:
+        self.last_progress, self.last_progress_at, self.progress_mono = what, clock.iso_now(), clock.monotonic()
+
+    def __call__(self, seen: Seen) -> tuple[bool, str]:
+        pods = list(seen["pods"].values())
+        for pod in pods:
+            self._judge_pod(pod)
+        new = sorted(set().union(*map(milestones, pods)) - self.reached) if pods else []
+        if new:
+            self.reached.update(new)
+            self.progressed(new[-1] if len(new) == 1 else f"{new[-1]} (and {len(new) - 1} more)")
+        obj = seen["dgd"].get(f"{self.triage.namespace}/{self.name}")
+        if len(pods) < self.expected_pods:  # once every pod exists, a refusal to create one is history
+            for what, verdict in conditions.below_dgd(self.name, self.components, obj,
+                                                      seen.get("events", {}).values(), self.triage.recheck_s):
+                if not verdict.can_wait:
+                    stop(verdict)
+                self._note_wait(what, verdict, True)
+        status = conditions.dgd_status(self.name, obj, pods, self.expected_pods, self.field_manager)
+        self.dgd_state, self.ready_condition, self.ready_reason = (status.state, status.ready_condition,
+                                                                   status.ready_reason)
+        self._judge_failed((obj or {}).get("status") or {})
+        self.generation_rule = status.generation_rule
+        desc = status.description
+        if self._failed_since is not None:
+            desc += f"; reconcile error for {clock.monotonic() - self._failed_since:.0f}s, not yet a verdict"
+        if self.contention:
+            desc += f"; contention: {self.contention[-1]['diagnosis'][:120]}"
+        return status.done, desc
+
+    def _judge_failed(self, st: Obj) -> None:
+        """How long a ``failed`` state has lasted, and the verdict once it is final."""
+        if st.get("state") != "failed":
+            if self._failed_since is not None:
+                self.reconcile_errors[-1].update(outcome="recovered", cleared_at=clock.iso_now(),
+                                                 seconds=round(clock.monotonic() - self._failed_since, 3))
+                self._failed_since = None
+            return
+        if self._failed_since is None:
+            self._failed_since = clock.monotonic()
+            self.reconcile_errors.append({"first_seen_at": clock.iso_now(), "message": operator_status.error_text(st),
+                                          "outcome": "pending"})
+        lasted = clock.monotonic() - self._failed_since
+        verdict = conditions.reconcile_verdict(self.name, st, lasted, self.failed_grace_s)
+        if verdict is None:
+            return
+        self.reconcile_errors[-1].update(message=verdict.message, outcome=verdict.outcome, seconds=round(lasted, 3))
+        raise verdict.error
+
+    def _judge_pod(self, pod: Obj) -> None:
+        if self.allocated_at is None and pod["spec"].get("nodeName") and gpus_of(pod) > 0:
+            self.allocated_at = clock.iso_now()
+            if self.on_allocated is not None:
+                self.on_allocated(self.allocated_at)
+        # A container verdict is judged on every pod change, a scheduler verdict once per verdict.
+        for verdict, once in ((self.triage.containers(pod), True), (self.triage.verdict(pod), False)):
+            if verdict is None:
+                continue
+            if not verdict.can_wait:
+                stop(verdict)
+            self._note_wait(pod["metadata"]["name"], verdict, once)
+
+    def _note_wait(self, pod: str, verdict: Verdict, once: bool) -> None:
+        """Contention, an unclassified scheduler verdict or a pull being retried, recorded."""
+        if once and self._waits.get(f"{pod}/{verdict.category}") == verdict.diagnosis:
+            return
+        self._waits[f"{pod}/{verdict.category}"] = verdict.diagnosis
+        self.contention.append({**verdict.as_dict(), "at": clock.iso_now(), "next_check_at_s": verdict.next_check_s})
+
