@@ -78,6 +78,7 @@ class ClusterInfo:
     created_at: str = ""
     operator: str = profiles.DEFAULT_PROFILE
     orchestrators: list[str] = field(default_factory=list)
+    provider: str = "kwok"  # kwok (this module) or kind (deploy_suite/offline/kind/provider.py)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -301,7 +302,7 @@ class OfflineCluster:
             "name": self.name, "context": self.context, "kubeconfig": str(self.kubeconfig),
             "pools": self.pools_spec, "pools_source": str(pools.resolve(self.pools_spec).resolve()),
             "operator": self.operator, "with": list(self.orchestrators), "webhook_port": procs.free_port(),
-            "conversion_webhook": self.conversion_webhook,
+            "conversion_webhook": self.conversion_webhook, "provider": "kwok",
             "created_at": clock.iso_now(), "created_by": "deploy-suite"}, indent=2))
 
     @property

@@ -48,6 +48,13 @@ ETCD_TAG = binaries.ETCD_VERSION.lstrip("v") + "-0"
 # Unit files systemd would start in a container to no use, or that fail there.
 MASKED_UNITS = ("systemd-binfmt.service", "getty.target", "systemd-udevd.service", "systemd-modules-load.service")
 NODE_REPO = "deploy-suite/kind-node"
+NODE_FILES = (  # files/<name> -> where the node image holds it
+    ("entrypoint", "/usr/local/bin/entrypoint"), ("kubelet.service", "/etc/systemd/system/kubelet.service"),
+    ("10-kubeadm.conf", "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf"),
+    ("kubelet.slice", "/etc/systemd/system/kubelet.slice"), ("kubelet.default", "/etc/default/kubelet"),
+    ("crictl.yaml", "/etc/crictl.yaml"), ("sysctl.conf", "/etc/sysctl.d/10-deploy-suite.conf"),
+    ("default-storage.yaml", "/kind/manifests/default-storage.yaml"),
+)
 Log = Callable[[str], None]
 
 
@@ -194,11 +201,12 @@ def ensure_node_image(tools: Tools, log: Log = print) -> NodeImage:
 
 def _base_image(rootfs: Path, log: Log) -> str:
     """The Debian root with our node files, as a Docker image (kept: kube-proxy's image uses it)."""
-    ref = f"deploy-suite/kind-base:{_digest(rootfs.name, *(_file_digest(p) for p in sorted(FILES.iterdir())))}"
+    ref = f"deploy-suite/kind-base:{_digest(rootfs.name)}"
     if docker.image_exists(ref):
         return ref
     log(f"importing the root file system as {ref} ...")
-    docker.import_tar(rootfs, ref, ["ENV container=docker", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
+    docker.import_tar(rootfs, ref, ["ENV container=docker",
+                                    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
     return ref
 
 
@@ -255,11 +263,7 @@ def _assemble(tools: Tools, base: str, ref: str, archive: Path, images: list[Com
         pause = next((c.ref for c in images if c.binary == "pause"), "registry.k8s.io/pause:3.10.1")
         script = _setup_script(pause)
         docker.exec_in(container, "bash", "-euc", script)
-        for f, dest in (("entrypoint", "/usr/local/bin/entrypoint"), ("kubelet.service", "/etc/systemd/system/kubelet.service"),
-                        ("10-kubeadm.conf", "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf"),
-                        ("kubelet.slice", "/etc/systemd/system/kubelet.slice"), ("kubelet.default", "/etc/default/kubelet"),
-                        ("crictl.yaml", "/etc/crictl.yaml"), ("sysctl.conf", "/etc/sysctl.d/10-deploy-suite.conf"),
-                        ("default-storage.yaml", "/kind/manifests/default-storage.yaml")):
+        for f, dest in NODE_FILES:
             docker.copy_in(container, FILES / f, dest)
         config = (FILES / "containerd-config.toml").read_text().replace("@PAUSE_IMAGE@", pause)
         docker.exec_in(container, "sh", "-c", "cat > /etc/containerd/config.toml", input_bytes=config.encode())
@@ -269,7 +273,7 @@ def _assemble(tools: Tools, base: str, ref: str, archive: Path, images: list[Com
         log(f"importing {len(images)} component images into the node's containerd ...")
         _import_images(container, archive, images)
         docker.commit(container, ref, ['ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]', "CMD []",
-                                       "STOPSIGNAL SIGRTMIN+3", "ENV container=docker"])
+                                       "ENV container=docker"])
     finally:
         docker.remove_container(name)
 

@@ -24,7 +24,8 @@ from deploy_suite.offline import binaries, procs
 KIND_VERSION = "v0.33.0"
 FILES = Path(__file__).with_name("files")
 NODE_BINARIES: tuple[binaries.Binary, ...] = tuple(
-    binaries.Binary(name, f"k8s.io/kubernetes/cmd/{name}", "") for name in ("kubeadm", "kubectl", "kubelet", "kube-proxy"))
+    binaries.Binary(name, f"k8s.io/kubernetes/cmd/{name}", "")
+    for name in ("kubeadm", "kubectl", "kubelet", "kube-proxy"))
 
 Log = Callable[[str], None]
 
