@@ -6,4 +6,4 @@ The cluster fixtures (``offline_clusters``, ``offline_cluster``, ``cluster_kube`
 as a user does share lives in ``tests/support/``.
 """
 
-pytest_plugins = ["pytester", "fixtures.cluster", "fixtures.identities"]
+pytest_plugins = ["pytester", "fixtures.cluster", "fixtures.identities", "fixtures.kind"]

@@ -48,6 +48,9 @@ ETCD_TAG = binaries.ETCD_VERSION.lstrip("v") + "-0"
 # Unit files systemd would start in a container to no use, or that fail there.
 MASKED_UNITS = ("systemd-binfmt.service", "getty.target", "systemd-udevd.service", "systemd-modules-load.service")
 NODE_REPO = "deploy-suite/kind-node"
+# The Debian root under a name of our own in every node's containerd (no pull needed): the kind
+# tests' workloads (a crash loop, an OOM kill, a small HTTP server for port-forward) run from it.
+TESTBOX = "deploy-suite.local/debian:bookworm"
 NODE_FILES = (  # files/<name> -> where the node image holds it
     ("entrypoint", "/usr/local/bin/entrypoint"), ("kubelet.service", "/etc/systemd/system/kubelet.service"),
     ("10-kubeadm.conf", "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf"),
@@ -160,9 +163,11 @@ class NodeImage:
 
 
 def node_image_key(tools: Tools, rootfs: Path, images: list[ComponentImage]) -> str:
-    parts: list[str] = [rootfs.name, binaries.KUBERNETES_VERSION]
+    # This module's own text too: a change to how the image is put together rebuilds it.
+    parts: list[str] = [rootfs.name, binaries.KUBERNETES_VERSION, _file_digest(Path(__file__))]
     parts += [f"{p.name}={_file_digest(p)}" for p in sorted(FILES.iterdir()) if p.is_file()]
     parts += [f"{n}={_file_digest(tools.node(n))}" for n in ("kubeadm", "kubectl", "kubelet", "kube-proxy", "pause")]
+    parts.append(f"crictl={_file_digest(tools.crictl)}")
     control = binaries.BinarySet(binaries.bin_dir())
     parts += [f"{c.ref}={_file_digest(_binary_path(tools, control, c.binary))}" for c in images]
     return _digest(*parts)
@@ -260,6 +265,7 @@ def _assemble(tools: Tools, base: str, ref: str, archive: Path, images: list[Com
     try:
         for binary in ("kubeadm", "kubectl", "kubelet"):
             docker.copy_in(container, tools.node(binary), f"/usr/bin/{binary}")
+        docker.copy_in(container, tools.crictl, "/usr/bin/crictl")
         pause = next((c.ref for c in images if c.binary == "pause"), "registry.k8s.io/pause:3.10.1")
         script = _setup_script(pause)
         docker.exec_in(container, "bash", "-euc", script)
@@ -295,14 +301,14 @@ def _import_images(container: str, archive: Path, images: list[ComponentImage]) 
     # containerd serves the import, then is stopped before the commit.
     script = "\n".join([
         "set -eu",
-        "(containerd >/var/log/containerd-build.log 2>&1 &)",
+        "containerd >/var/log/containerd-build.log 2>&1 & pid=$!",
         "for i in $(seq 1 100); do ctr version >/dev/null 2>&1 && break; sleep 0.2; done",
         "ctr -n k8s.io images import --no-unpack /images.tar >/dev/null",
         *[f"ctr -n k8s.io images tag --force {_local_ref(c.ref)} {c.ref} >/dev/null && "
           f"ctr -n k8s.io images rm {_local_ref(c.ref)} >/dev/null" for c in images],
+        *[f"ctr -n k8s.io images tag --force {c.ref} {TESTBOX} >/dev/null" for c in images if c.debian][:1],
         "ctr -n k8s.io images ls -q",
-        "pkill containerd || true",
-        "for i in $(seq 1 50); do pgrep containerd >/dev/null || break; sleep 0.2; done",
+        "kill $pid; wait $pid || true",
         "rm -f /images.tar /var/log/containerd-build.log",
     ])
     listed = docker.exec_in(container, "bash", "-c", script)

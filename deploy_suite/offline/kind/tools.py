@@ -1,7 +1,7 @@
 """kind and the node's Kubernetes binaries, built from the Go module proxy and cached.
 
-kind is pinned (``KIND_VERSION``) and installed with ``go install``; the node's kubelet, kubeadm,
-kubectl and kube-proxy come from the same Go wrapper module as the control plane
+kind and crictl are pinned (``KIND_VERSION``, ``CRICTL_VERSION``) and installed with ``go install``;
+the node's kubelet, kubeadm, kubectl and kube-proxy come from the same Go wrapper module as the control plane
 (``deploy_suite/offline/gomod``, see ``binaries.py``), and the pod sandbox's ``pause`` from
 ``files/pause.go``. Each set lives in a directory named by its versions under
 ``~/.cache/deploy-suite/bin/`` and appears complete or not at all (built in a staging directory,
@@ -22,6 +22,7 @@ from deploy_suite.errors import ClusterError
 from deploy_suite.offline import binaries, procs
 
 KIND_VERSION = "v0.33.0"
+CRICTL_VERSION = "v1.37.0"  # cri-tools: `crictl` inside the nodes, as on kind's own images
 FILES = Path(__file__).with_name("files")
 NODE_BINARIES: tuple[binaries.Binary, ...] = tuple(
     binaries.Binary(name, f"k8s.io/kubernetes/cmd/{name}", "")
@@ -34,6 +35,7 @@ Log = Callable[[str], None]
 class Tools:
     kind: Path
     node_bin: Path  # kubeadm, kubectl, kubelet, kube-proxy, pause
+    crictl: Path
 
     def node(self, name: str) -> Path:
         return self.node_bin / name
@@ -41,6 +43,10 @@ class Tools:
 
 def kind_dir() -> Path:
     return binaries.cache_root() / "bin" / f"kind-{KIND_VERSION}"
+
+
+def crictl_dir() -> Path:
+    return binaries.cache_root() / "bin" / f"crictl-{CRICTL_VERSION}"
 
 
 def node_bin_dir() -> Path:
@@ -74,16 +80,16 @@ def _go_env() -> dict[str, str]:
     return {**os.environ, "CGO_ENABLED": "0", "GOTOOLCHAIN": "local"}
 
 
-def _install_kind(staging: Path, log: Log) -> None:
+def _go_install(staging: Path, target: str, log: Log) -> None:
     started = clock.monotonic()
-    log(f"building kind {KIND_VERSION} (go install sigs.k8s.io/kind@{KIND_VERSION}) ...")
-    done = procs.run([binaries.go_binary(), "install", f"sigs.k8s.io/kind@{KIND_VERSION}"],
+    log(f"building {target} (go install) ...")
+    done = procs.run([binaries.go_binary(), "install", target],
                      env={**_go_env(), "GOBIN": str(staging), "GOFLAGS": ""}, tied=True, every=30.0,
-                     heartbeat=lambda: log(f"  still building kind ... [{clock.monotonic() - started:.0f}s]"))
+                     heartbeat=lambda: log(f"  still building {target} ... [{clock.monotonic() - started:.0f}s]"))
     if done.returncode != 0:
-        raise ClusterError(f"go install sigs.k8s.io/kind@{KIND_VERSION} failed (exit {done.returncode}): "
-                           f"{done.output[-1200:].strip()}; fix: check access to the Go module proxy (GOPROXY)")
-    log(f"built kind in {clock.monotonic() - started:.0f}s")
+        raise ClusterError(f"go install {target} failed (exit {done.returncode}): {done.output[-1200:].strip()}; "
+                           "fix: check access to the Go module proxy (GOPROXY)")
+    log(f"built {target} in {clock.monotonic() - started:.0f}s")
 
 
 def _build_pause(staging: Path, log: Log) -> None:
@@ -102,7 +108,9 @@ def _build_pause(staging: Path, log: Log) -> None:
 
 def ensure_tools(log: Log = print) -> Tools:
     """kind and the node binaries, from the cache or built now (minutes on a cold machine)."""
-    kind = _staged(kind_dir(), ["kind"], lambda d: _install_kind(d, log), log)
+    kind = _staged(kind_dir(), ["kind"], lambda d: _go_install(d, f"sigs.k8s.io/kind@{KIND_VERSION}", log), log)
+    crictl = _staged(crictl_dir(), ["crictl"],
+                     lambda d: _go_install(d, f"sigs.k8s.io/cri-tools/cmd/crictl@{CRICTL_VERSION}", log), log)
 
     def fill_node(staging: Path) -> None:
         node_dir = node_bin_dir()
@@ -115,4 +123,4 @@ def ensure_tools(log: Log = print) -> Tools:
         _build_pause(staging, log)
 
     node = _staged(node_bin_dir(), [b.name for b in NODE_BINARIES] + ["pause"], fill_node, log)
-    return Tools(kind=kind / "kind", node_bin=node)
+    return Tools(kind=kind / "kind", node_bin=node, crictl=crictl / "crictl")
