@@ -20,8 +20,13 @@ from deploy_suite.offline.kind.provider import KindProvider
 
 pytestmark = pytest.mark.kind
 
-HTTP_SERVER = ("socat TCP-LISTEN:8000,fork,reuseaddr "
-               "SYSTEM:'printf \"HTTP/1.0 200 OK\\r\\nContent-Type: text/plain\\r\\n\\r\\nserved by a real kubelet\\n\"'")
+# A one-file HTTP server from the Debian testbox: read the request's head, answer, close (reading
+# first matters: closing with the request unread resets the connection before the reply arrives).
+HTTP_SERVER = r"""cat > /tmp/h.sh <<'END'
+while IFS= read -r line; do case "$line" in "$(printf '\r')"|"") break;; esac; done
+printf 'HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nserved by a real kubelet\n'
+END
+exec socat TCP-LISTEN:8000,fork,reuseaddr EXEC:'sh /tmp/h.sh'"""
 
 
 def _nodes(kube: Kube) -> dict[str, Obj]:
@@ -47,7 +52,8 @@ def test_gpu_workers_advertise_gpus_with_gfd_labels_and_the_reserved_node_keeps_
     assert h200["metadata"]["labels"][GPU_PRODUCT_LABEL] == "NVIDIA-H200"
     assert h200["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.1"  # a real kubelet, not kwok's "fake"
     reserved = nodes["h100-reserved-0"]
-    assert {"key": "example.com/reserved-for", "value": "tenant-b", "effect": "NoSchedule"} in reserved["spec"]["taints"]
+    taint = {"key": "example.com/reserved-for", "value": "tenant-b", "effect": "NoSchedule"}
+    assert taint in reserved["spec"]["taints"]
     assert GPU_RESOURCE not in nodes["cpu-0"]["status"]["allocatable"]
 
 

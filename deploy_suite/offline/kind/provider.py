@@ -11,7 +11,8 @@ has created the nodes, ``up``:
 3. installs the operator replica's CRDs and webhooks (as ``cluster.py`` does for kwok) and starts
    the controllers process (operator replica, storage provisioner, webhooks) on this machine with
    ``--no-serving``: pods are real containers here, nothing is served by local processes;
-4. relays the webhooks' 127.0.0.1 port into the control-plane node (``relay.py``).
+4. relays the webhooks' 127.0.0.1 port into the control-plane node (``relay.py``) and points every
+   node's containerd at a registry of ours for the registries DGDs name (``registry.py``).
 
 State lives under ``~/.cache/deploy-suite/kind/clusters/<name>``; its marker names the provider,
 so ``status`` and ``down`` find it. ``down`` removes only this cluster's containers, their
@@ -44,11 +45,12 @@ from deploy_suite.offline.cluster import (
     _node_ready,
     wait_established,
 )
-from deploy_suite.offline.kind import config, docker, nodeimage, tools
+from deploy_suite.offline.kind import config, docker, nodeimage, registry, tools
 from deploy_suite.offline.operator_sim import profiles
 
 PROVIDER = "kind"
 RELAY = "deploy-suite-webhook-relay"
+REGISTRY = "deploy-suite-registry"
 CLUSTER_LABEL = "io.x-k8s.kind.cluster"  # the label kind puts on its node containers
 Log = Callable[[str], None]
 
@@ -214,7 +216,8 @@ class KindProvider:
         webhook.make_tls(self.dir / "webhook")
         self._write_marker(context=self.context, kubeconfig=str(self.kubeconfig), pools=self.pools_spec,
                            pools_source=str(pools.resolve(self.pools_spec).resolve()), operator=self.operator,
-                           node_image=image, webhook_port=procs.free_port(), **{"with": list(self.orchestrators)},
+                           node_image=image, webhook_port=procs.free_port(), registry_port=procs.free_port(),
+                           **{"with": list(self.orchestrators)},
                            created_at=clock.iso_now())
         self._complete(layout, wait_timeout)
         info = self.status()
@@ -268,7 +271,9 @@ class KindProvider:
         for role in roles:
             self._play(kube, role)
         self._install_manifests(kube, layout, timeout)
-        self._start_relay()
+        gateway = self._gateway()
+        self._start_relay(gateway)
+        self._start_registry(gateway)
         self._ensure_controllers()
 
     # ------------------------------------------------------------------ nodes
@@ -347,19 +352,36 @@ class KindProvider:
         proc = procs.spawn(argv, log, log, cwd=self.dir)
         (self.dir / "pids" / f"{key}.pid").write_text(str(procs.detach(proc)))
 
-    def _start_relay(self) -> None:
-        port = int((self._marker() or {}).get("webhook_port") or 0)
+    def _gateway(self) -> str:
+        """This machine's address in the cluster's own network: reachable from its nodes only."""
         net = docker.run("network", "inspect", network_name(self.name), "--format",
                          "{{range .IPAM.Config}}{{.Gateway}} {{end}}").split()
         gateway = next((g for g in net if "." in g), "")
         if not gateway:
             raise ClusterError(f"network {network_name(self.name)} has no IPv4 gateway; fix: `cluster down`, then up")
+        return gateway
+
+    def _start_relay(self, gateway: str) -> None:
+        port = int((self._marker() or {}).get("webhook_port") or 0)
         self._spawn(RELAY, [sys.executable, "-m", "deploy_suite.offline.kind.relay", "--listen", f"{gateway}:{port}",
                             "--to", f"127.0.0.1:{port}", "--state", str(self.dir)])
         plane = f"{self.name}-control-plane"
         # A transient unit of the node's systemd: restarted if it dies, gone with the container.
         docker.exec_in(plane, "sh", "-c", f"systemctl is-active -q {RELAY} || systemd-run -q --unit {RELAY} "
                        f"-p Restart=always socat TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr TCP:{gateway}:{port}")
+
+    def _start_registry(self, gateway: str) -> None:
+        port = int((self._marker() or {}).get("registry_port") or 0)
+        if not port:
+            return
+        address = f"{gateway}:{port}"
+        self._spawn(REGISTRY, [sys.executable, "-m", "deploy_suite.offline.kind.registry", "--listen", address,
+                               "--state", str(self.dir)])
+        hosts = registry.hosts_toml(address).encode()
+        for node in self.node_containers():
+            for name in registry.REGISTRIES:
+                docker.exec_in(node, "sh", "-c", f"mkdir -p /etc/containerd/certs.d/{name} && "
+                               f"cat > /etc/containerd/certs.d/{name}/hosts.toml", input_bytes=hosts)
 
     def _ensure_controllers(self) -> None:
         port = int((self._marker() or {}).get("webhook_port") or 0)
