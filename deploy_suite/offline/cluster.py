@@ -184,16 +184,7 @@ class OfflineCluster:
         if "kube-apiserver" not in info.pids or "etcd" not in info.pids:
             info.state = "stale"
             return info
-        try:
-            kube = self.kube()
-            nodes, _ = kube.list_items("Node")
-            info.server = kube.server
-            info.nodes = [n["metadata"]["name"] for n in nodes if _node_ready(n)]
-            info.state = "up"
-        except (KubeError, ClusterError) as exc:
-            info.state = "stale"
-            self.log(f"apiserver not answering: {exc}")
-        return info
+        return read_nodes(info, self.kube, self.log)
 
     # ------------------------------------------------------------------ up
     def up(self, wait_timeout: float = 120.0) -> ClusterInfo:
@@ -495,6 +486,21 @@ class OfflineCluster:
             kubeconfig.unlink()
         self.log(f"cluster {self.name} is down")
         return self.status()
+
+
+def read_nodes(info: ClusterInfo, kube: Callable[[], Kube], log: Log) -> ClusterInfo:
+    """``info`` with the apiserver's address and Ready nodes (state ``up``), or ``stale`` when it
+    does not answer (every provider's ``status``)."""
+    try:
+        client = kube()
+        nodes, _ = client.list_items("Node")
+        info.server = client.server
+        info.nodes = [n["metadata"]["name"] for n in nodes if _node_ready(n)]
+        info.state = "up"
+    except (KubeError, ClusterError) as exc:
+        info.state = "stale"
+        log(f"apiserver not answering: {exc}")
+    return info
 
 
 def wait_established(kube: Kube, names: list[str], timeout: float) -> None:

@@ -74,11 +74,8 @@ def _digest(*parts: bytes | str) -> str:
 
 
 def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def rootfs_key() -> str:

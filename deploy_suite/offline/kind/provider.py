@@ -33,7 +33,7 @@ from typing import Any
 
 from deploy_suite import clock, yamlio
 from deploy_suite.constants import GPU_RESOURCE
-from deploy_suite.errors import ClusterError, KubeError, WaitTimeout
+from deploy_suite.errors import ClusterError, WaitTimeout
 from deploy_suite.kube import Kube, Obj
 from deploy_suite.offline import binaries, pools, procs, webhook
 from deploy_suite.offline.cluster import (
@@ -43,6 +43,7 @@ from deploy_suite.offline.cluster import (
     MARKER,
     ClusterInfo,
     _node_ready,
+    read_nodes,
     wait_established,
 )
 from deploy_suite.offline.kind import config, docker, nodeimage, registry, tools
@@ -129,17 +130,18 @@ class KindProvider:
         procs.write_atomic(self.marker_path, json.dumps({
             "name": self.name, "provider": PROVIDER, "created_by": "deploy-suite", **fields}, indent=2))
 
+    def _recorded(self, key: str, default: Any) -> Any:
+        return (self._marker() or {}).get(key, default)
+
     @property
     def operator(self) -> str:
-        if self._operator is not None:
-            return self._operator
-        return str((self._marker() or {}).get("operator", profiles.DEFAULT_PROFILE))
+        """As asked, else as the marker records, else the default profile."""
+        return self._operator or str(self._recorded("operator", profiles.DEFAULT_PROFILE))
 
     @property
     def orchestrators(self) -> tuple[str, ...]:
-        if self._orchestrators is not None:
-            return self._orchestrators
-        return profiles.orchestrators(list((self._marker() or {}).get("with", [])))
+        chosen = self._orchestrators
+        return chosen if chosen is not None else profiles.orchestrators(list(self._recorded("with", [])))
 
     def _pids(self) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -176,16 +178,7 @@ class KindProvider:
         if not running or marker.get("starting"):
             info.state = "stale"
             return info
-        try:
-            kube = self.kube()
-            nodes, _ = kube.list_items("Node")
-            info.server = kube.server
-            info.nodes = [n["metadata"]["name"] for n in nodes if _node_ready(n)]
-            info.state = "up"
-        except (KubeError, ClusterError) as exc:
-            info.state = "stale"
-            self.log(f"apiserver not answering: {exc}")
-        return info
+        return read_nodes(info, self.kube, self.log)
 
     # ------------------------------------------------------------------ up
     def up(self, wait_timeout: float = 300.0) -> ClusterInfo:
