@@ -1,7 +1,8 @@
 """The kind cluster as the harness sees it: real kubelets, the layout's nodes, real containers.
 
 One session cluster (fixtures/kind.py: pytest-kind's KindCluster with our kind and node image).
-Marked ``kind``; ``make test`` runs these (the kind slice), the failure classes too.
+Marked ``kind``; ``make test`` runs those not also marked ``matrix`` (the kind slice), ``make
+test-all`` and ``make test-kind`` all of them.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ def test_a_pod_is_a_real_container_on_its_node_and_port_forward_goes_through_the
     assert "served by a real kubelet" in reply.text
 
 
+@pytest.mark.matrix
 def test_a_claim_of_the_default_class_binds_and_is_shared_by_pods_on_two_nodes(
         kind_kube: Kube, kind_namespace: str) -> None:
     kind_kube.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "cache"},
