@@ -204,8 +204,18 @@ class KindProvider:
         self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
         self.log(f"creating kind cluster {self.name} ({1 + len(layout.node_names())} nodes, image {image}) ...")
         env = {"KIND_EXPERIMENTAL_PROVIDER": "docker", "KIND_EXPERIMENTAL_DOCKER_NETWORK": network_name(self.name)}
-        (self.creator or self._kind_create)(CreateRequest(self.name, kit.kind, image, cfg, self.kubeconfig, env,
-                                                          kit.node("kubectl")))
+        request = CreateRequest(self.name, kit.kind, image, cfg, self.kubeconfig, env, kit.node("kubectl"))
+        for attempt in (1, 2):
+            try:
+                (self.creator or self._kind_create)(request)
+                break
+            except ClusterError as exc:
+                # On a loaded machine kubeadm's join can miss its 10 s request deadline
+                # (docs/offline-cluster.md); kind has removed the nodes: try once more.
+                if attempt == 2:
+                    raise
+                self.log(f"kind create cluster failed ({str(exc)[:300]}); retrying once")
+                self._kind_delete(kit.kind)
         webhook.make_tls(self.dir / "webhook")
         self._write_marker(context=self.context, kubeconfig=str(self.kubeconfig), pools=self.pools_spec,
                            pools_source=str(pools.resolve(self.pools_spec).resolve()), operator=self.operator,
@@ -229,6 +239,10 @@ class KindProvider:
             raise ClusterError(f"kind create cluster {self.name} failed (exit {done.returncode}): {tail}; fix: see "
                                f"{self.dir / 'kind-create.log'} and `docker logs {self.name}-control-plane`, then "
                                f"`deploy-suite cluster down --name {self.name}`")
+
+    def _kind_delete(self, kind: Path) -> None:
+        procs.run([str(kind), "delete", "cluster", "--name", self.name, "--kubeconfig", str(self.kubeconfig)],
+                  env={**os.environ, "KIND_EXPERIMENTAL_PROVIDER": "docker"}, tied=True)
 
     def _up_again(self, marker: dict[str, Any], layout: pools.Layout, wait_timeout: float) -> ClusterInfo:
         if marker.get("starting"):
@@ -396,8 +410,7 @@ class KindProvider:
         procs.terminate(list(self._pids().values()))
         kind = tools.kind_dir() / "kind"
         if kind.exists():
-            procs.run([str(kind), "delete", "cluster", "--name", self.name, "--kubeconfig", str(self.kubeconfig)],
-                      env={**os.environ, "KIND_EXPERIMENTAL_PROVIDER": "docker"}, tied=True)
+            self._kind_delete(kind)
         left = self.node_containers()  # kind missing, or it failed: our labelled containers only
         if left:
             docker.run("rm", "-f", "-v", *left, check=False)
