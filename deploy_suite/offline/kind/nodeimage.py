@@ -201,6 +201,11 @@ def ensure_node_image(tools: Tools, log: Log = print) -> NodeImage:
         return NodeImage(ref, seconds, refs)
 
 
+def base_image(log: Log = print) -> str:
+    """The Debian root as a Docker image (the Dynamo image builds on it too)."""
+    return _base_image(ensure_rootfs(log), log)
+
+
 def _base_image(rootfs: Path, log: Log) -> str:
     """The Debian root with our node files, as a Docker image (kept: kube-proxy's image uses it)."""
     ref = f"deploy-suite/kind-base:{_digest(rootfs.name)}"
