@@ -14,8 +14,10 @@ image names, and the ``python3 -m dynamo.vllm|sglang|trtllm`` entry points that 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from deploy_suite import clock
 from deploy_suite.errors import ClusterError
@@ -23,6 +25,7 @@ from deploy_suite.offline import dynamo_env, procs
 from deploy_suite.offline.kind import docker, nodeimage
 
 REPO = "deploy-suite/dynamo"
+BUILD_CA = "/tmp/build-ca.crt"
 Log = Callable[[str], None]
 
 
@@ -40,7 +43,8 @@ def image_key(version: str, base: str) -> str:
 
 def _steps(version: str) -> list[tuple[str, str]]:
     deps = " ".join(f"'{d}'" for d in dynamo_env._DEPENDENCIES[version])
-    pip = "/opt/dynamo/bin/python -m pip install --no-input --progress-bar off -q"
+    # This machine's trust store for PyPI (a TLS proxy's CA may be in it), used while building only.
+    pip = f"PIP_CERT={BUILD_CA} /opt/dynamo/bin/python -m pip install --no-input --progress-bar off -q"
     offline = " ".join(f"{k}={v}" for k, v in dynamo_env.OFFLINE_ENV.items())
     return [
         ("Debian's python3", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
@@ -51,8 +55,16 @@ def _steps(version: str) -> list[tuple[str, str]]:
         ("tokenizer", f"cat > /tmp/tok.py && {offline} /opt/dynamo/bin/python /tmp/tok.py /opt/dynamo/tokenizer "
                       ">/dev/null && rm /tmp/tok.py"),
         ("check", "/opt/dynamo/bin/python -m dynamo.frontend --help >/dev/null && "
-                  "/opt/dynamo/bin/python -m dynamo.mocker --help >/dev/null"),
+                  f"/opt/dynamo/bin/python -m dynamo.mocker --help >/dev/null && rm -f {BUILD_CA}"),
     ]
+
+
+def _trust_store() -> Path:
+    for var in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        found = os.environ.get(var)
+        if found and Path(found).is_file():
+            return Path(found)
+    return Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 def ensure_dynamo_image(version: str = dynamo_env.DEFAULT_VERSION, log: Log = print) -> DynamoImage:
@@ -72,6 +84,7 @@ def ensure_dynamo_image(version: str = dynamo_env.DEFAULT_VERSION, log: Log = pr
         name = "deploy-suite-build-dynamo"
         container = docker.start_build_container(base, name)
         try:
+            docker.copy_in(container, _trust_store(), BUILD_CA)
             for step, script in _steps(version):
                 log(f"dynamo image: {step} ... [{clock.monotonic() - started:.0f}s]")
                 docker.exec_in(container, "bash", "-euo", "pipefail", "-c", script,
