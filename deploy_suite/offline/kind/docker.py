@@ -104,3 +104,18 @@ def containers(label: str) -> list[dict[str, Any]]:
 def inspect(ref: str) -> dict[str, Any]:
     data: list[dict[str, Any]] = json.loads(run("inspect", ref))
     return data[0]
+
+
+def save_into(ref: str, container: str, *cmd: str, timeout: float = 1800.0) -> None:
+    """``docker save ref`` streamed into ``cmd`` run in ``container`` (an image import, no file)."""
+    save = subprocess.Popen([docker_binary(), "save", ref], stdout=subprocess.PIPE)
+    try:
+        done = subprocess.run([docker_binary(), "exec", "-i", container, *cmd], stdin=save.stdout,
+                              capture_output=True, timeout=timeout, check=False)
+    finally:
+        if save.stdout is not None:
+            save.stdout.close()
+        save.wait(timeout=60)
+    if done.returncode != 0 or save.returncode != 0:
+        raise ClusterError(f"loading {ref} into {container} failed: {cut(done.stderr.decode(errors='replace'), 800)}; "
+                           "fix: check the node container is running and has disk space")

@@ -89,6 +89,14 @@ def exists(name: str) -> bool:
     return (workdir() / "clusters" / name / MARKER).is_file()
 
 
+def _docker_name(ref: str) -> str:
+    """The name containerd gives an image Docker saved: docker.io/ and library/ spelled out."""
+    first = ref.split("/", 1)[0]
+    if "." in first or ":" in first or first == "localhost":
+        return ref
+    return f"docker.io/{ref}" if "/" in ref else f"docker.io/library/{ref}"
+
+
 class KindProvider:
     def __init__(self, name: str = "dev", pools_spec: str | Path = "default", kubeconfig: str | Path | None = None,
                  log: Log = print, operator: str | None = None,
@@ -397,6 +405,14 @@ class KindProvider:
             "--context", self.context, "--cluster-dir", str(self.dir), "--operator", self.operator, "--no-serving",
             *[a for o in self.orchestrators for a in ("--with", o)],
             "--webhook-port", str(port), "--webhook-dir", str(self.dir / "webhook")])
+
+    def load_image(self, ref: str, aliases: list[str], nodes: list[str] | None = None) -> None:
+        """Import a Docker image into the nodes' containerd under ``aliases`` (the names pods use)."""
+        for node in nodes or self.node_containers():
+            self.log(f"loading {ref} into {node} as {', '.join(aliases)} ...")
+            docker.save_into(ref, node, "ctr", "-n", "k8s.io", "images", "import", "--no-unpack", "-")
+            for alias in aliases:
+                docker.exec_in(node, "ctr", "-n", "k8s.io", "images", "tag", "--force", _docker_name(ref), alias)
 
     # ------------------------------------------------------------------ down
     def down(self) -> ClusterInfo:
