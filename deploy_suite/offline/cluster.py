@@ -55,6 +55,15 @@ options:
 Log = Callable[[str], None]
 
 
+def read_marker(path: Path) -> dict[str, Any] | None:
+    """A cluster's marker file (every provider's), or None when absent or unreadable."""
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data
+
+
 def workdir() -> Path:
     return binaries.cache_root() / "kwok"
 
@@ -117,11 +126,7 @@ class OfflineCluster:
         return self.dir / MARKER
 
     def _marker(self) -> dict[str, Any] | None:
-        try:
-            data: dict[str, Any] = json.loads(self.marker_path.read_text())
-        except (OSError, ValueError):
-            return None
-        return data
+        return read_marker(self.marker_path)
 
     def _pids(self) -> dict[str, int]:
         found: dict[str, int] = {}

@@ -43,6 +43,7 @@ from deploy_suite.offline.cluster import (
     MARKER,
     ClusterInfo,
     _node_ready,
+    read_marker,
     read_nodes,
     wait_established,
 )
@@ -127,11 +128,7 @@ class KindProvider:
         return self.dir / MARKER
 
     def _marker(self) -> dict[str, Any] | None:
-        try:
-            data: dict[str, Any] = json.loads(self.marker_path.read_text())
-        except (OSError, ValueError):
-            return None
-        return data
+        return read_marker(self.marker_path)
 
     def _write_marker(self, **fields: Any) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
