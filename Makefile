@@ -2,8 +2,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+PROVIDER ?= kwok
 
-.PHONY: help venv binaries chromium test test-all test-unit lint demo bench figures clean
+.PHONY: help venv binaries chromium docker kind-images test test-all test-unit test-kind lint demo bench figures clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -22,16 +23,25 @@ binaries: venv  ## build (first time, many minutes) or reuse the offline cluster
 chromium:  ## install headless Chromium (Debian's chromium package) for the browser tests, unless present
 	scripts/install-chromium
 
-test: venv binaries chromium lint  ## lint, then the project's tests (unit, browser, integration, end-to-end; a representative slice of each matrix)
-	@$(VENV)/bin/pytest tests -m "not matrix" $(PYTEST_ARGS); rc=$$?; \
+docker:  ## Docker for the kind provider (Debian's docker.io; a runtime wrapper only where capabilities are missing)
+	scripts/install-docker
+
+kind-images: venv binaries docker  ## build (first time, minutes) or reuse kind, the node binaries and the kind node image
+	$(PY) -c "from deploy_suite.offline.kind import nodeimage, tools; print(nodeimage.ensure_node_image(tools.ensure_tools()).ref)"
+
+test: venv binaries chromium lint  ## lint, then the project's tests (unit, browser, integration, end-to-end; a representative slice of each matrix; kind: make test-kind)
+	@$(VENV)/bin/pytest tests -m "not matrix and not kind" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
-test-all: venv binaries chromium lint  ## as `make test`, plus the rest of every matrix (each operator profile x each failure class)
+test-all: venv binaries chromium docker kind-images lint  ## as `make test`, plus the rest of every matrix (each operator profile x each failure class)
 	@$(VENV)/bin/pytest tests $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 test-unit: venv  ## only the fast unit tests (no cluster)
 	$(VENV)/bin/pytest tests/unit -q $(PYTEST_ARGS)
+
+test-kind: venv binaries docker kind-images  ## only the kind tests (one kind cluster, every kind case)
+	$(VENV)/bin/pytest tests/kind -m kind -q $(PYTEST_ARGS)
 
 # What CONTRIBUTING.md's Rules promise about size and repetition, checked here rather than in review.
 LINT_ROOTS := deploy_suite plugins fixtures
@@ -43,8 +53,9 @@ lint: venv  ## ruff, mypy, the layering contracts of .importlinter (lint-imports
 	$(PY) scripts/check_module_size.py $(LINT_ROOTS)
 	$(VENV)/bin/pylint --disable=all --enable=duplicate-code $(LINT_ROOTS)
 
-demo: venv binaries  ## bring up the offline cluster and run the sample experiment
-	$(PY) -m deploy_suite.fixtures.demo
+demo: venv binaries  ## bring up the offline cluster and run the sample experiment (PROVIDER=kind: on kind)
+	@if [ "$(PROVIDER)" = kind ]; then $(MAKE) --no-print-directory docker kind-images; fi
+	$(PY) -m deploy_suite.fixtures.demo --provider $(PROVIDER)
 
 bench: venv binaries  ## benchmarks; figures go to docs/performance.md
 	$(PY) bench/bench_cluster_up.py

@@ -1,7 +1,8 @@
 """The ``deploy-suite`` console script.
 
 ``deploy-suite cluster up | down | status`` manages the offline fake-GPU cluster (the same code
-the session fixture uses); ``deploy-suite binaries`` builds or reuses the control-plane binaries;
+the session fixture uses; ``--provider kind`` for real kubelets in Docker); ``deploy-suite binaries``
+builds or reuses the control-plane binaries;
 ``deploy-suite report LEDGER`` re-renders an HTML report from a ledger, ``deploy-suite report EXP_ROOT``
 writes the experiment's page (every iteration on one page); ``deploy-suite triage EVENTS`` triages
 events as step 6 does (docs/triage.md); ``deploy-suite status EXP_ROOT [--json]`` says where an
@@ -33,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     cluster = sub.add_parser("cluster", help="manage the offline fake-GPU cluster")
     cluster.add_argument("action", choices=["up", "down", "status"])
-    cluster.add_argument("--name", default="dev", help="cluster name; its context is offline-<name> (default: dev)")
+    cluster.add_argument("--name", default="dev",
+                         help="cluster name; its context is offline-<name> (kind: kind-<name>; default: dev)")
     cluster.add_argument("--pools", default="default",
                          help="node pool layout: a bundled name (default, gpu-taint, multinode, scale-500) "
                               "or a path to a pools YAML file")
@@ -50,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--conversion-webhook", action="store_true", default=None,
                          help="for `up` with --operator latest: convert DGDs between v1alpha1 and v1beta1 through "
                               "a TLS conversion webhook")
+    cluster.add_argument("--provider", choices=["kwok", "kind"], default=None,
+                         help="for `up`: kwok (default: kwok as every kubelet, no Docker) or kind (real kubelets in "
+                              "Docker containers, context kind-<name>); status and down find it in the "
+                              "cluster's marker")
+    cluster.add_argument("--node-image", default=None, metavar="IMAGE",
+                         help="with --provider kind: a stock node image (kindest/node:...) instead of the one "
+                              "built here")
     cluster.add_argument("--json", action="store_true", help="print the cluster's description as JSON")
     sub.add_parser("binaries", help="build (or reuse) the offline cluster's binaries and print their directory")
     report = sub.add_parser("report", help="render an HTML report from a deployment_ledger.json, or the "
@@ -94,10 +103,16 @@ def main(argv: list[str] | None = None) -> int:
 
             return int(report.main(args.args))
         from deploy_suite.offline.cluster import OfflineCluster  # noqa: PLC0415
+        from deploy_suite.offline.kind import provider  # noqa: PLC0415
 
-        cluster = OfflineCluster(args.name, args.pools, args.kubeconfig, args.apiserver_port, log=_log,
-                                 operator=args.operator, orchestrators=args.orchestrators,
-                                 conversion_webhook=args.conversion_webhook)
+        if args.provider == "kind" or (args.provider is None and provider.exists(args.name)):
+            cluster: OfflineCluster | provider.KindProvider = provider.KindProvider(
+                args.name, args.pools, args.kubeconfig, log=_log, operator=args.operator,
+                orchestrators=args.orchestrators, node_image=args.node_image)
+        else:
+            cluster = OfflineCluster(args.name, args.pools, args.kubeconfig, args.apiserver_port, log=_log,
+                                     operator=args.operator, orchestrators=args.orchestrators,
+                                     conversion_webhook=args.conversion_webhook)
         if args.action == "up":
             info = cluster.up()
         elif args.action == "down":

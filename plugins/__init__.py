@@ -20,9 +20,19 @@ own ``pytest tests``, and any other pytest run in the same environment, is unaff
 =================  ===========================================================================
 """
 
+import pytest
+
 # ``fixtures`` is registered by ``ledger`` when the run deploys.
 pytest_plugins = [
     "deploy_suite.plugins.options",
     "deploy_suite.plugins.ledger",
     "deploy_suite.plugins.report",
 ]
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """pytest-kind, a dependency of the project's own kind tests, registers a ``--kubeconfig`` of its
+    own that collides with the suite's. Only its ``KindCluster`` class is used (``fixtures/kind.py``),
+    so where it is installed its plugin is kept out, from any directory, not only the checkout."""
+    if pluginmanager.get_plugin("pytest-kind") is None:
+        pluginmanager.set_blocked("pytest-kind")

@@ -149,6 +149,11 @@ def go_binary() -> str:
     return go
 
 
+def build(binaries: list[Binary], out: Path, log: Log = print) -> None:
+    """Build ``binaries`` from the wrapper module into ``out`` (the kind provider's node binaries too)."""
+    _build(binaries, out, log)
+
+
 def _build(binaries: list[Binary], out: Path, log: Log) -> None:
     go = go_binary()
     work = Path(tempfile.mkdtemp(prefix="gomod-", dir=out.parent))

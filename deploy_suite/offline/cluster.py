@@ -56,6 +56,15 @@ options:
 Log = Callable[[str], None]
 
 
+def read_marker(path: Path) -> dict[str, Any] | None:
+    """A cluster's marker file (every provider's), or None when absent or unreadable."""
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data
+
+
 def workdir() -> Path:
     return binaries.cache_root() / "kwok"
 
@@ -79,6 +88,7 @@ class ClusterInfo:
     created_at: str = ""
     operator: str = profiles.DEFAULT_PROFILE
     orchestrators: list[str] = field(default_factory=list)
+    provider: str = "kwok"  # kwok (this module) or kind (deploy_suite/offline/kind/provider.py)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,11 +127,7 @@ class OfflineCluster:
         return self.dir / MARKER
 
     def _marker(self) -> dict[str, Any] | None:
-        try:
-            data: dict[str, Any] = json.loads(self.marker_path.read_text())
-        except (OSError, ValueError):
-            return None
-        return data
+        return read_marker(self.marker_path)
 
     def _pids(self) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -184,16 +190,7 @@ class OfflineCluster:
         if "kube-apiserver" not in info.pids or "etcd" not in info.pids:
             info.state = "stale"
             return info
-        try:
-            kube = self.kube()
-            nodes, _ = kube.list_items("Node")
-            info.server = kube.server
-            info.nodes = [n["metadata"]["name"] for n in nodes if _node_ready(n)]
-            info.state = "up"
-        except (KubeError, ClusterError) as exc:
-            info.state = "stale"
-            self.log(f"apiserver not answering: {exc}")
-        return info
+        return read_nodes(info, self.kube, self.log)
 
     # ------------------------------------------------------------------ up
     def up(self, wait_timeout: float = 120.0) -> ClusterInfo:
@@ -302,7 +299,7 @@ class OfflineCluster:
             "name": self.name, "context": self.context, "kubeconfig": str(self.kubeconfig),
             "pools": self.pools_spec, "pools_source": str(pools.resolve(self.pools_spec).resolve()),
             "operator": self.operator, "with": list(self.orchestrators), "webhook_port": procs.free_port(),
-            "conversion_webhook": self.conversion_webhook,
+            "conversion_webhook": self.conversion_webhook, "provider": "kwok",
             "created_at": clock.iso_now(), "created_by": "deploy-suite"}, indent=2))
 
     @property
@@ -495,6 +492,21 @@ class OfflineCluster:
             kubeconfig.unlink()
         self.log(f"cluster {self.name} is down")
         return self.status()
+
+
+def read_nodes(info: ClusterInfo, kube: Callable[[], Kube], log: Log) -> ClusterInfo:
+    """``info`` with the apiserver's address and Ready nodes (state ``up``), or ``stale`` when it
+    does not answer (every provider's ``status``)."""
+    try:
+        client = kube()
+        nodes, _ = client.list_items("Node")
+        info.server = client.server
+        info.nodes = [n["metadata"]["name"] for n in nodes if _node_ready(n)]
+        info.state = "up"
+    except (KubeError, ClusterError) as exc:
+        info.state = "stale"
+        log(f"apiserver not answering: {exc}")
+    return info
 
 
 def wait_established(kube: Kube, names: list[str], timeout: float) -> None:

@@ -1,0 +1,100 @@
+"""The Dynamo image of the kind provider: Debian's Python and the ai-dynamo wheel, built here.
+
+No registry is reachable, so the image DGDs name (``nvcr.io/nvidia/ai-dynamo/...-runtime``) is
+made on this machine from the node image's Debian root: ``python3`` and ``python3-venv`` from
+Debian's packages, then a virtual environment ``/opt/dynamo`` with ``ai-dynamo`` and
+``ai-dynamo-runtime`` installed the way ``dynamo_env.py`` installs them for the kwok cluster (the
+same verified dependency list, the ``aisimulate`` stub left out) and the same tiny local tokenizer
+at ``/opt/dynamo/tokenizer``, since the hub is never reachable. ``python3`` on the image's PATH is
+the environment's. Cached in Docker under a tag carrying the hash of its inputs.
+
+Not yet done (docs/offline-cluster.md, "Not done yet"): serving it to the nodes under the DGDs'
+image names, and the ``python3 -m dynamo.vllm|sglang|trtllm`` entry points that run the mocker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from deploy_suite import clock
+from deploy_suite.offline import dynamo_env, procs
+from deploy_suite.offline.errors import ClusterError
+from deploy_suite.offline.kind import docker, nodeimage
+
+REPO = "deploy-suite/dynamo"
+BUILD_CA = "/tmp/build-ca.crt"
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class DynamoImage:
+    ref: str
+    built_seconds: float  # 0 when it came from the cache
+    size_mib: int
+
+
+def image_key(version: str, base: str) -> str:
+    deps = dynamo_env._DEPENDENCIES.get(version, ())
+    return nodeimage._digest(version, base, *deps, dynamo_env._TOKENIZER_SCRIPT)
+
+
+def _steps(version: str) -> list[tuple[str, str]]:
+    deps = " ".join(f"'{d}'" for d in dynamo_env._DEPENDENCIES[version])
+    # This machine's trust store for PyPI (a TLS proxy's CA may be in it), used while building only.
+    pip = f"PIP_CERT={BUILD_CA} /opt/dynamo/bin/python -m pip install --no-input --progress-bar off -q"
+    offline = " ".join(f"{k}={v}" for k, v in dynamo_env.OFFLINE_ENV.items())
+    return [
+        ("Debian's python3", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+                             "python3 python3-venv >/dev/null && rm -rf /var/lib/apt/lists/*"),
+        ("virtual environment", "python3 -m venv /opt/dynamo"),
+        (f"ai-dynamo {version}", f"{pip} --no-deps ai-dynamo=={version} ai-dynamo-runtime=={version}"),
+        ("dependencies", f"{pip} {deps} tokenizers && rm -rf /root/.cache/pip"),
+        ("tokenizer", f"cat > /tmp/tok.py && {offline} /opt/dynamo/bin/python /tmp/tok.py /opt/dynamo/tokenizer "
+                      ">/dev/null && rm /tmp/tok.py"),
+        ("check", "/opt/dynamo/bin/python -m dynamo.frontend --help >/dev/null && "
+                  f"/opt/dynamo/bin/python -m dynamo.mocker --help >/dev/null && rm -f {BUILD_CA}"),
+    ]
+
+
+def _trust_store() -> Path:
+    for var in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        found = os.environ.get(var)
+        if found and Path(found).is_file():
+            return Path(found)
+    return Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def ensure_dynamo_image(version: str = dynamo_env.DEFAULT_VERSION, log: Log = print) -> DynamoImage:
+    """The Dynamo image for ``version``, built now (minutes: Debian's and PyPI's packages) if missing."""
+    if version not in dynamo_env._DEPENDENCIES:
+        raise ClusterError(f"ai-dynamo {version} has no verified dependency list; fix: use "
+                           f"{dynamo_env.DEFAULT_VERSION} or add it to deploy_suite/offline/dynamo_env.py")
+    base = nodeimage.base_image(log)
+    ref = f"{REPO}:{version}-{image_key(version, base)}"
+    if docker.image_exists(ref):
+        return DynamoImage(ref, 0.0, docker.image_size(ref) >> 20)
+    with procs.file_lock(nodeimage.cache_dir() / ".dynamo-image.lock",
+                         waiting=lambda: log("waiting for another Dynamo image build")):
+        if docker.image_exists(ref):
+            return DynamoImage(ref, 0.0, docker.image_size(ref) >> 20)
+        started = clock.monotonic()
+        name = "deploy-suite-build-dynamo"
+        container = docker.start_build_container(base, name)
+        try:
+            docker.copy_in(container, _trust_store(), BUILD_CA)
+            for step, script in _steps(version):
+                log(f"dynamo image: {step} ... [{clock.monotonic() - started:.0f}s]")
+                docker.exec_in(container, "bash", "-euo", "pipefail", "-c", script,
+                               input_bytes=dynamo_env._TOKENIZER_SCRIPT.encode() if step == "tokenizer" else None)
+            path = "/opt/dynamo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+            docker.commit(container, ref, [f"ENV PATH={path}", "ENTRYPOINT []", "CMD []",
+                                           *(f"ENV {k}={v}" for k, v in dynamo_env.OFFLINE_ENV.items())])
+        finally:
+            docker.remove_container(name)
+        seconds = clock.monotonic() - started
+        size = docker.image_size(ref) >> 20
+        log(f"dynamo image {ref} built in {seconds:.0f}s ({size} MiB)")
+        return DynamoImage(ref, seconds, size)

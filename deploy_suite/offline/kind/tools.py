@@ -1,0 +1,126 @@
+"""kind and the node's Kubernetes binaries, built from the Go module proxy and cached.
+
+kind and crictl are pinned (``KIND_VERSION``, ``CRICTL_VERSION``) and installed with ``go install``;
+the node's kubelet, kubeadm, kubectl and kube-proxy come from the same Go wrapper module as the control plane
+(``deploy_suite/offline/gomod``, see ``binaries.py``), and the pod sandbox's ``pause`` from
+``files/pause.go``. Each set lives in a directory named by its versions under
+``~/.cache/deploy-suite/bin/`` and appears complete or not at all (built in a staging directory,
+then renamed), so a second ``cluster up`` reuses it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from deploy_suite import clock
+from deploy_suite.offline import binaries, procs
+from deploy_suite.offline.errors import ClusterError
+
+KIND_VERSION = "v0.33.0"
+CRICTL_VERSION = "v1.37.0"  # cri-tools: `crictl` inside the nodes, as on kind's own images
+FILES = Path(__file__).with_name("files")
+NODE_BINARIES: tuple[binaries.Binary, ...] = tuple(
+    binaries.Binary(name, f"k8s.io/kubernetes/cmd/{name}", "")
+    for name in ("kubeadm", "kubectl", "kubelet", "kube-proxy"))
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Tools:
+    kind: Path
+    node_bin: Path  # kubeadm, kubectl, kubelet, kube-proxy, pause
+    crictl: Path
+
+    def node(self, name: str) -> Path:
+        return self.node_bin / name
+
+
+def kind_dir() -> Path:
+    return binaries.cache_root() / "bin" / f"kind-{KIND_VERSION}"
+
+
+def crictl_dir() -> Path:
+    return binaries.cache_root() / "bin" / f"crictl-{CRICTL_VERSION}"
+
+
+def node_bin_dir() -> Path:
+    return binaries.cache_root() / "bin" / f"node-k8s-{binaries.KUBERNETES_VERSION}"
+
+
+def _complete(directory: Path, names: list[str]) -> bool:
+    return all(os.access(directory / n, os.X_OK) for n in names)
+
+
+def _staged(directory: Path, names: list[str], fill: Callable[[Path], None], log: Log) -> Path:
+    """``directory`` holding ``names``, built by ``fill(staging)`` when missing, under a lock."""
+    if _complete(directory, names):
+        return directory
+    with procs.file_lock(directory.parent / f".{directory.name}.lock",
+                         waiting=lambda: log(f"waiting for another build of {directory.name}")):
+        if _complete(directory, names):
+            return directory
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=directory.parent))
+        try:
+            fill(staging)
+            if directory.exists():
+                shutil.rmtree(directory)
+            staging.rename(directory)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return directory
+
+
+def _go_env() -> dict[str, str]:
+    return {**os.environ, "CGO_ENABLED": "0", "GOTOOLCHAIN": "local"}
+
+
+def _go_install(staging: Path, target: str, log: Log) -> None:
+    started = clock.monotonic()
+    log(f"building {target} (go install) ...")
+    done = procs.run([binaries.go_binary(), "install", target],
+                     env={**_go_env(), "GOBIN": str(staging), "GOFLAGS": ""}, tied=True, every=30.0,
+                     heartbeat=lambda: log(f"  still building {target} ... [{clock.monotonic() - started:.0f}s]"))
+    if done.returncode != 0:
+        raise ClusterError(f"go install {target} failed (exit {done.returncode}): {done.output[-1200:].strip()}; "
+                           "fix: check access to the Go module proxy (GOPROXY)")
+    log(f"built {target} in {clock.monotonic() - started:.0f}s")
+
+
+def _build_pause(staging: Path, log: Log) -> None:
+    work = Path(tempfile.mkdtemp(prefix="pause-", dir=staging.parent))
+    try:
+        shutil.copy2(FILES / "pause.go", work / "main.go")
+        done = procs.run([binaries.go_binary(), "build", "-trimpath", "-ldflags", "-s -w", "-o",
+                          str(staging / "pause"), "main.go"],
+                         cwd=work, env={**_go_env(), "GO111MODULE": "off", "GOFLAGS": ""}, tied=True)
+        if done.returncode != 0:
+            raise ClusterError(f"go build of pause failed: {done.output[-800:].strip()}; fix: check the Go toolchain")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    log("built pause")
+
+
+def ensure_tools(log: Log = print) -> Tools:
+    """kind and the node binaries, from the cache or built now (minutes on a cold machine)."""
+    kind = _staged(kind_dir(), ["kind"], lambda d: _go_install(d, f"sigs.k8s.io/kind@{KIND_VERSION}", log), log)
+    crictl = _staged(crictl_dir(), ["crictl"],
+                     lambda d: _go_install(d, f"sigs.k8s.io/cri-tools/cmd/crictl@{CRICTL_VERSION}", log), log)
+
+    def fill_node(staging: Path) -> None:
+        node_dir = node_bin_dir()
+        for b in NODE_BINARIES:  # keep what a previous, interrupted build finished
+            if os.access(node_dir / b.name, os.X_OK):
+                shutil.copy2(node_dir / b.name, staging / b.name)
+        missing = [b for b in NODE_BINARIES if not (staging / b.name).exists()]
+        if missing:
+            binaries.build(missing, staging, log)
+        _build_pause(staging, log)
+
+    node = _staged(node_bin_dir(), [b.name for b in NODE_BINARIES] + ["pause"], fill_node, log)
+    return Tools(kind=kind / "kind", node_bin=node, crictl=crictl / "crictl")
