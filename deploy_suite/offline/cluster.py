@@ -94,6 +94,18 @@ class ClusterInfo:
         return asdict(self)
 
 
+def checked_choices(name: str, operator: str | None, orchestrators: tuple[str, ...] | list[str] | None
+                    ) -> tuple[str | None, tuple[str, ...] | None]:
+    """A cluster's name, operator profile and orchestrators checked before anything starts (either
+    provider): one line naming the bad input and the fix."""
+    if not _NAME.match(name):
+        raise ClusterError(f"cluster name {name!r} is not a DNS label of at most 32 characters; "
+                           "fix: use lowercase letters, digits and '-' (e.g. --name dev)")
+    if operator is not None:
+        profiles.get(operator)
+    return operator, profiles.orchestrators(list(orchestrators)) if orchestrators is not None else None
+
+
 class OfflineCluster:
     def __init__(self, name: str = "dev", pools_spec: str | Path = "default", kubeconfig: str | Path | None = None,
                  apiserver_port: int = 0, log: Log = print, operator: str | None = None,
@@ -104,13 +116,7 @@ class OfflineCluster:
         of this name already runs (its marker), else the default profile without orchestrators.
         ``conversion_webhook`` (profile ``latest``) converts DGDs between the served versions through
         a TLS conversion webhook instead of serving one stored shape under both."""
-        if not _NAME.match(name):
-            raise ClusterError(f"cluster name {name!r} is not a DNS label of at most 32 characters; "
-                               "fix: use lowercase letters, digits and '-' (e.g. --name dev)")
-        if operator is not None:
-            profiles.get(operator)  # an unknown profile fails before anything starts
-        self._operator = operator
-        self._orchestrators = profiles.orchestrators(list(orchestrators)) if orchestrators is not None else None
+        self._operator, self._orchestrators = checked_choices(name, operator, orchestrators)
         self._conversion = conversion_webhook
         self.name = name
         self.pools_spec = str(pools_spec)

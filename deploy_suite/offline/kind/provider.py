@@ -37,12 +37,12 @@ from deploy_suite.constants import GPU_RESOURCE
 from deploy_suite.errors import WaitTimeout
 from deploy_suite.offline import binaries, pools, procs, webhook
 from deploy_suite.offline.cluster import (
-    _NAME,
     CONTROLLERS,
     MANIFESTS,
     MARKER,
     ClusterInfo,
     _node_ready,
+    checked_choices,
     read_marker,
     read_nodes,
     wait_established,
@@ -106,13 +106,7 @@ class KindProvider:
                  creator: Creator | None = None) -> None:
         """``creator`` runs kind's own ``create cluster`` (default: the kind binary; the test
         fixture passes pytest-kind's ``KindCluster``); everything before and after is ours."""
-        if not _NAME.match(name):
-            raise ClusterError(f"cluster name {name!r} is not a DNS label of at most 32 characters; "
-                               "fix: use lowercase letters, digits and '-' (e.g. --name dev)")
-        if operator is not None:
-            profiles.get(operator)
-        self._operator = operator
-        self._orchestrators = profiles.orchestrators(list(orchestrators)) if orchestrators is not None else None
+        self._operator, self._orchestrators = checked_choices(name, operator, orchestrators)
         self.name = name
         self.pools_spec = str(pools_spec)
         self.log = log
