@@ -40,6 +40,7 @@ from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.offline.operator_sim.serving import FAULTS_CONFIGMAP
 from deploy_suite.procedure import readiness, smoke
+from deploy_suite.procedure.settings import Timeouts
 from deploy_suite.record import ledger
 from tests import support
 from tests.support import SuiteRun, outcomes, step
@@ -426,8 +427,9 @@ def test_gpu_contention_is_seen_by_step2_and_waited_out_by_step6(target: Target)
             threading.Thread(target=free_gpus, name="free-gpus", daemon=True).start()
 
     started = time.monotonic()
-    ready = readiness.wait_ready(target.kube, target.namespace, dgd, 90.0, frontend_expected=True,
-                               on_progress=on_progress)
+    ready = readiness.wait_ready(target.kube, target.namespace, dgd,
+                                 Timeouts(readiness_s=90.0, readiness_no_progress_s=90.0), frontend_expected=True,
+                                 reporting=readiness.Reporting(on_progress=on_progress))
     assert ready.state == "ready" and freed, progress
     assert ready.contention, "the contention was not recorded"
     first = ready.contention[0]
@@ -684,9 +686,11 @@ def test_missing_direct_routing_header_fails_the_chat_gate(target: Target) -> No
     # The same worker pod, reached without the instance id the harness found (see module docstring).
     endpoint = smoke.Endpoint("worker-pod", led["endpoint"]["target"])
     out = target.tmp / "no-header"
-    settings = smoke.SmokeSettings(10, 1.0, 3, 1.0, 30.0)
-    result = smoke.run_smoke(target.kube, endpoint, target.namespace, "qwen3-gaie", out, settings=settings,
-                             kubectl=KUBECTL)
+    bounds = Timeouts(smoke_reach_attempts=10, smoke_reach_interval_s=1.0, smoke_models_attempts=3,
+                      smoke_models_interval_s=1.0, smoke_request_timeout_s=30.0)
+    plan = smoke.SmokePlan(target.namespace, "e2e-gaie", "qwen3-gaie", True, endpoint, out, timeouts=bounds,
+                           kubectl=KUBECTL)
+    result = smoke.run_smoke(target.kube, plan)
     assert result.success == 0 and result.gate == "chat", result.diagnosis
     assert result.models_http_code == 200 and result.api_http_code == 400
     assert smoke.DIRECT_HEADER in result.diagnosis and "the deployment itself may be fine" in result.diagnosis
