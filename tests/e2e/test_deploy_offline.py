@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from deploy_suite.access.kube import DGD, Obj
+from deploy_suite.access.watch import Watch
 from deploy_suite.errors import WaitTimeout
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
 from deploy_suite.model.dgd import load_dgd
@@ -78,8 +79,7 @@ class Target(support.Target):
         def gone(objs: dict[str, Obj]) -> tuple[bool, str]:
             return f"{self.namespace}/{name}" not in objs, f"dgd/{name} present: {sorted(objs)}"
 
-        self.kube.wait_for(DGD, gone, awaited=f"dgd/{name} deleted", timeout=timeout, namespace=self.namespace,
-                           name=name)
+        self.kube.wait_for(Watch(DGD, self.namespace, name=name), gone, awaited=f"dgd/{name} deleted", timeout=timeout)
 
 
 def _target(cluster: OfflineCluster, tmp_path: Path) -> Iterator[Target]:
@@ -395,7 +395,7 @@ def hold_gpus(target: Target, nodes: list[str], gpus: int) -> list[str]:
         phases = {o["metadata"]["name"]: (o.get("status") or {}).get("phase") for o in objs.values()}
         return all(phases.get(n) == "Running" for n in names), str(phases)
 
-    target.kube.wait_for("Pod", running, awaited="GPU holders Running", timeout=30, namespace=target.namespace)
+    target.kube.wait_for(Watch("Pod", target.namespace), running, awaited="GPU holders Running", timeout=30)
     return names
 
 
@@ -557,11 +557,11 @@ def test_a_crash_loop_keeps_the_containers_last_lines_redacted_then_is_torn_down
         def both(objs: dict[str, Obj]) -> tuple[bool, str]:
             return len(objs) >= 2, f"{len(objs)} objects"
 
-        pods = target.kube.wait_for("Pod", both, awaited="the DGD's pods", timeout=60, namespace=target.namespace,
-                                    label_selector=f"{DGD_LABEL}={dgd_name}").objects
+        pods = target.kube.wait_for(Watch("Pod", target.namespace, label_selector=f"{DGD_LABEL}={dgd_name}"), both,
+                                    awaited="the DGD's pods", timeout=60).objects
         with contextlib.suppress(WaitTimeout):  # the replica wires its Logs once, when its serving is up
-            target.kube.wait_for(target.kube.resource(faults.KWOK_API, "Logs"), both, awaited="the replica's Logs",
-                                 timeout=8, namespace=target.namespace)
+            target.kube.wait_for(Watch(target.kube.resource(faults.KWOK_API, "Logs"), target.namespace), both,
+                                 awaited="the replica's Logs", timeout=8)
         for pod in pods.values():
             target.kube.apply(faults.logs_object({**pod, "apiVersion": "v1", "kind": "Pod"}, current,
                                                  previous=previous), target.namespace)
