@@ -66,6 +66,7 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT))
 
 from deploy_suite.access.kube import DGD, Kube, Obj  # noqa: E402
+from deploy_suite.access.watch import Watch  # noqa: E402
 from deploy_suite.errors import Conflict  # noqa: E402
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment, refresh, stage_candidate  # noqa: E402
 from deploy_suite.offline.binaries import ensure_binaries  # noqa: E402
@@ -356,17 +357,16 @@ class Bench:
         def none_left(objs: dict[str, Obj]) -> tuple[bool, str]:
             return not objs, f"{len(objs)} left"
 
-        self.admin.wait_for(DGD, none_left, awaited="DGD gone", timeout=120, namespace=NAMESPACE, name=dgd)
-        self.admin.wait_for("Pod", none_left, awaited="pods gone", timeout=120, namespace=NAMESPACE)
-        self.admin.wait_for("PersistentVolumeClaim", none_left, awaited="PVC gone", timeout=120,
-                            namespace=NAMESPACE)
+        self.admin.wait_for(Watch(DGD, NAMESPACE, name=dgd), none_left, awaited="DGD gone", timeout=120)
+        self.admin.wait_for(Watch("Pod", NAMESPACE), none_left, awaited="pods gone", timeout=120)
+        self.admin.wait_for(Watch("PersistentVolumeClaim", NAMESPACE), none_left, awaited="PVC gone", timeout=120)
 
         def no_pv(objs: dict[str, Obj]) -> tuple[bool, str]:
             mine = [o for o in objs.values() if ((o.get("spec") or {}).get("claimRef") or {}).get(
                 "namespace") == NAMESPACE]
             return not mine, f"{len(mine)} PVs of {NAMESPACE} left"
 
-        self.admin.wait_for("PersistentVolume", no_pv, awaited="PV gone", timeout=120)
+        self.admin.wait_for(Watch("PersistentVolume"), no_pv, awaited="PV gone", timeout=120)
         deadline = time.monotonic() + 60
         while (self.dynamo / dgd / "pids").exists() and time.monotonic() < deadline:
             time.sleep(0.1)  # the simulator stops the DGD's Dynamo processes after the DELETED event

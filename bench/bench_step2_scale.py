@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from deploy_suite.access.kube import Kube
+from deploy_suite.access.watch import Watch
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.procedure.validate import ValidationInputs, validate
 
@@ -99,8 +100,8 @@ def populate(cluster: OfflineCluster, total: int, threads: int) -> dict[str, Any
         running = sum(1 for o in objs.values() if (o.get("status") or {}).get("phase") == "Running")
         return running >= total, f"{running}/{total} load pods Running"
 
-    admin.wait_for("Pod", all_running, awaited=f"{total} load pods Running", timeout=900,
-                   label_selector=f"{LOAD_LABEL}=true")
+    admin.wait_for(Watch("Pod", label_selector=f"{LOAD_LABEL}=true"), all_running,
+                   awaited=f"{total} load pods Running", timeout=900)
     running_s = time.perf_counter() - started
     admin.close()
     held = sum(7 for n in h200 if n not in free_nodes)

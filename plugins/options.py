@@ -35,13 +35,12 @@ from deploy_suite import steps as steps_package
 from deploy_suite.errors import InputError
 from deploy_suite.procedure.runstate import step_for_module
 from deploy_suite.procedure.settings import (
-    DEFAULT_SMOKE_PROMPT,
-    OPTION_KEYS,
-    PROVENANCES,
-    SUPPORT_TYPES,
-    TIMEOUT_OPTIONS,
+    OPTIONS,
+    PYTEST,
+    RUN,
     Timeouts,
     build_settings,
+    handoff_help,
 )
 from deploy_suite.record.experiment import experiment_id
 
@@ -61,56 +60,18 @@ def _dest(option: str) -> str:
     return "ds_" + option.lstrip("-").replace("-", "_")
 
 
-# option -> (metavar, help). No argparse `type=`: argparse would refuse "--iter=one" with a usage dump
-# and no fix; deploy_suite.procedure.settings judges the raw text and says how to fix it.
-_OPTIONS: dict[str, tuple[str, str]] = {
-    "--iter": ("N", "zero-based optimization iteration; the run writes <EXP_ROOT>/artifacts/deploy-iter-NNN/"),
-    "--handoff": ("FILE", "YAML file holding any of these options (keys: iteration, exp_root, workload, "
-                          "workload_sha256, dgd, dgd_sha256, provenance, prev_deploy_root, support, storage_class, "
-                          "smoke_prompt, served_model, kubeconfig, keep_on_failure, review_id, timeouts); "
-                          "command-line values override it; its relative paths are relative to the file's directory"),
-    "--exp-root": ("PATH", "experiment root runs/<EXP_ID> created by user-interviewer; every input must resolve "
-                           "inside it"),
-    "--workload": ("PATH", "exact path of <EXP_ROOT>/user_workload.yaml"),
-    "--workload-sha256": ("HEX", "SHA-256 of user_workload.yaml as handed over (recomputed before it is read)"),
-    "--dgd": ("PATH", "the assigned DGD manifest (iteration 0: <EXP_ROOT>/inputs/user_provided_dgd.yaml)"),
-    "--dgd-sha256": ("HEX", "SHA-256 of the assigned DGD as handed over (recomputed before it is copied)"),
-    "--provenance": ("ROLE", f"who handed the DGD over: {' (iteration 0) | '.join(PROVENANCES)} (iteration > 0)"),
-    "--prev-deploy-root": ("PATH", "previous deployment root (required when N > 0); its ledger names the DGD to "
-                                   "retire"),
-    "--support": ("TYPE=PATH", f"handed-off support manifest, repeatable; TYPE is one of {', '.join(SUPPORT_TYPES)}; "
-                               "several model-download variants may be given (the one matching the DGD's precision "
-                               "is used)"),
-    "--storage-class": ("NAME", "storage class, only when a model-cache PVC needs one"),
-    "--smoke-prompt": ("TEXT", f"prompt of the smoke chat completion (default: {DEFAULT_SMOKE_PROMPT!r})"),
-    "--served-model": ("NAME", "served model name for the smoke test (default: read from the DGD)"),
-    "--kubeconfig": ("PATH", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config); the context always comes "
-                             "from user_workload.yaml kubernetes.kube_context, never the current-context"),
-    "--keep-on-failure": ("", "keep everything a failed run created for debugging; by default an attempt that can "
-                              "never succeed is torn down after its evidence is kept (recorded in the ledger)"),
-    "--reports-dir": ("DIR", "where <EXP_ID>/deploy-iter-NNN.html/.xml go unless --html/--junitxml are given "
-                             "(default: reports/ in the rootdir a pytest configuration file sets, such as the "
-                             "checkout's pyproject.toml; else in the current directory)"),
-}
-_TIMEOUT_HELP = {
-    "readiness_s": "hard cap of the readiness wait, however the pods progress",
-    "readiness_no_progress_s": "the readiness wait fails after this long without progress (no pod created, "
-                               "scheduled, image pulled, container started or ready)",
-}
-_ACTIONS: dict[str, dict[str, object]] = {"--support": {"action": "append"},
-                                          "--keep-on-failure": {"action": "store_const", "const": True}}
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup(GROUP, "dynamo-deploy-suite: deploy one DynamoGraphDeployment per iteration")
-    for option, (metavar, text) in _OPTIONS.items():
-        group.addoption(option, dest=_dest(option), metavar=metavar or None, default=None, help=text,
-                        **_ACTIONS.get(option, {}))
     defaults = Timeouts()
-    for option, key in TIMEOUT_OPTIONS.items():
-        what = _TIMEOUT_HELP.get(key, f"bound of the {key.removesuffix('_s').replace('_', ' ')} wait")
-        group.addoption(option, dest=_dest(option), metavar="SECONDS", default=None,
-                        help=f"{what} (default: {getattr(defaults, key):.0f})")
+    for row in OPTIONS:
+        if row.option is None:
+            continue  # handoff only
+        text = handoff_help() if row.option == "--handoff" else row.help
+        if row.step not in (RUN, PYTEST):
+            text = f"{text} (default: {getattr(defaults, str(row.key)):.0f})"
+        extra: dict[str, object] = {"const": True} if row.action == "store_const" else {}
+        group.addoption(row.option, dest=_dest(row.option), metavar=row.metavar or None, default=None, help=text,
+                        action=row.action, **extra)
 
 
 def _deploys(options: argparse.Namespace) -> bool:
@@ -137,9 +98,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 
 def _cli_values(config: pytest.Config) -> dict[str, object]:
-    values: dict[str, object] = {key: config.getoption(_dest(opt)) for opt, key in OPTION_KEYS.items()}
-    values.update({key: config.getoption(_dest(opt)) for opt, key in TIMEOUT_OPTIONS.items()})
-    return values
+    return {row.key: config.getoption(_dest(row.option)) for row in OPTIONS if row.option and row.key}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-html and junitxml read their output paths

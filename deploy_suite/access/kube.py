@@ -555,26 +555,14 @@ class Kube:
         return watch.wait(self, condition.watches, condition, awaited=condition.awaited, timeout=timeout,
                           on_progress=on_progress, chunk=chunk)
 
-    def wait_for(
-        self,
-        kind: str | Resource,
-        predicate: Callable[[dict[str, Obj]], tuple[bool, str]],
-        *,
-        awaited: str,
-        timeout: float,
-        namespace: str | None = None,
-        name: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        on_progress: Callable[[str], None] | None = None,
-        watch_chunk: float = 60.0,
-    ) -> WaitState:
-        """Watch ``kind`` (one object by name, or a selection) until ``predicate`` says done: the
-        same loop as :meth:`wait`, with an ad-hoc condition over the one collection."""
-        spec = Watch(kind, namespace, name, label_selector, field_selector)
+    def wait_for(self, spec: Watch, predicate: Callable[[dict[str, Obj]], tuple[bool, str]], *, awaited: str,
+                 timeout: float, on_progress: Callable[[str], None] | None = None,
+                 chunk: float = 60.0) -> WaitState:
+        """Watch one collection (``spec``: a kind, one object by name, or a selection) until ``predicate``
+        says done: the same loop as :meth:`wait`, with an ad-hoc condition over that collection."""
         judge: Judge = lambda seen: predicate(seen["objects"])  # noqa: E731 - the predicate sees one collection
         return watch.wait(self, {"objects": spec}, judge, awaited=awaited, timeout=timeout,
-                          on_progress=on_progress, chunk=watch_chunk)
+                          on_progress=on_progress, chunk=chunk)
 
     def watch_events(self, kind: str | Resource, stop: threading.Event, namespace: str | None = None,
                      label_selector: str | None = None, chunk: float = 30.0,

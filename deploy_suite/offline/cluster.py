@@ -25,6 +25,7 @@ from typing import Any
 
 from deploy_suite import clock, yamlio
 from deploy_suite.access.kube import Kube, Obj
+from deploy_suite.access.watch import Watch
 from deploy_suite.errors import Conflict, KubeError, WaitTimeout
 from deploy_suite.offline import binaries, dynamo_runtime, pools, procs, restart, webhook
 from deploy_suite.offline.errors import ClusterError
@@ -382,8 +383,8 @@ class OfflineCluster:
             # Watch in short slices so that a component dying meanwhile (it stops producing node
             # events at all) is noticed within seconds, not at the end of the whole timeout.
             try:
-                kube.wait_for("Node", all_ready, awaited="all offline nodes Ready",
-                              timeout=max(0.1, min(5.0, deadline - clock.monotonic())), label_selector="type=kwok")
+                kube.wait_for(Watch("Node", label_selector="type=kwok"), all_ready, awaited="all offline nodes Ready",
+                              timeout=max(0.1, min(5.0, deadline - clock.monotonic())))
                 return
             except WaitTimeout as exc:
                 dead = self._dead_components()
@@ -527,7 +528,7 @@ def wait_established(kube: Kube, names: list[str], timeout: float) -> None:
         return not missing, f"waiting for {', '.join(missing)}" if missing else "all Established"
 
     try:
-        kube.wait_for("CustomResourceDefinition", established, awaited="CRDs Established", timeout=timeout)
+        kube.wait_for(Watch("CustomResourceDefinition"), established, awaited="CRDs Established", timeout=timeout)
     except WaitTimeout as exc:
         raise ClusterError(f"{exc}; fix: see the kube-apiserver log") from exc
 

@@ -18,6 +18,7 @@ from deploy_suite.procedure import evidence, waits
 from deploy_suite.procedure.apply import Applied, platform_blocked
 from deploy_suite.procedure.retire import Progress, quiet
 from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.settings import Timeouts
 from deploy_suite.record.ledger import Ledger
 from deploy_suite.vocab import FailureCategory, TeardownAction, TeardownPolicy
 
@@ -82,35 +83,44 @@ class Readiness:
         return {"state": self.state, "seconds": self.seconds, "contention": len(self.contention)}
 
 
-def wait_ready(kube: Kube, namespace: str, dgd: Dgd, timeout: float, *, frontend_expected: bool,
-               on_progress: Progress = quiet, on_allocated: Callable[[str], None] | None = None,
-               contention_recheck_s: float = 30.0, no_progress_s: float | None = None,
-               failed_grace_s: float = 30.0) -> Readiness:
+@dataclass(frozen=True)
+class Reporting:
+    """Whom a readiness wait tells what it sees, and how often it rechecks GPUs held by others."""
+
+    on_progress: Progress = quiet
+    on_allocated: Callable[[str], None] | None = None  # the first GPU pod bound, at this time
+    contention_recheck_s: float = 30.0
+
+
+def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, frontend_expected: bool,
+               reporting: Reporting = Reporting()) -> Readiness:
     """DGD Ready with state successful and observedGeneration current; every component x replica
     Running and ready; pending pods and containers triaged as soon as they say why
     (:class:`waits.DgdReady`); the frontend Service present when one is expected.
 
     Progress-aware: the wait goes on while pods advance and fails (``no-progress``) after
-    ``no_progress_s`` without progress, naming the last progress seen; ``timeout`` is the hard cap.
+    ``bounds.readiness_no_progress_s`` without progress, naming the last progress seen;
+    ``bounds.readiness_s`` is the hard cap; ``bounds.reconcile_error_grace_s`` times a `failed` state.
     """
     started = clock.monotonic()
-    no_progress_s = timeout if no_progress_s is None else min(no_progress_s, timeout)
+    timeout = bounds.readiness_s
+    no_progress_s = min(bounds.readiness_no_progress_s, timeout)
     expected = {c.name: c.replicas * c.node_count for c in dgd.components}
     try:
         nodes: list[Obj] | None = kube.list_items("Node")[0]
     except Forbidden:
         nodes = None
     ready = waits.DgdReady(waits.PendingTriage(
-        kube, namespace, nodes, contention_recheck_s, lambda pod: evidence.last_lines(kube, namespace, pod)), dgd.name,
-                                sum(expected.values()), on_allocated, kube.field_manager, failed_grace_s,
-                                tuple(c.name for c in dgd.components))
+        kube, namespace, nodes, reporting.contention_recheck_s, lambda pod: evidence.last_lines(kube, namespace, pod)),
+        dgd.name, sum(expected.values()), reporting.on_allocated, kube.field_manager, bounds.reconcile_error_grace_s,
+        tuple(c.name for c in dgd.components))
     ready.progressed("readiness wait started")
     while True:
         now = clock.monotonic()
         # One bounded wait per stretch without progress; a stretch that saw progress starts another.
         window = min(ready.progress_mono + no_progress_s, started + timeout) - now
         try:
-            state = kube.wait(ready, timeout=max(window, 0.0), on_progress=on_progress)
+            state = kube.wait(ready, timeout=max(window, 0.0), on_progress=reporting.on_progress)
             break
         except WaitTimeout as exc:
             now = clock.monotonic()
@@ -177,10 +187,9 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
 
     t = run.settings.timeouts
     try:
-        out = wait_ready(kube, run.namespace, dgd, t.readiness_s,
+        out = wait_ready(kube, run.namespace, dgd, t,
                          frontend_expected=any(c.type == "frontend" for c in dgd.components),
-                         on_progress=run.progress, on_allocated=allocated, no_progress_s=t.readiness_no_progress_s,
-                         failed_grace_s=t.reconcile_error_grace_s)
+                         reporting=Reporting(on_progress=run.progress, on_allocated=allocated))
     except (StepFailure, StepBlocked) as exc:
         verdict_at = clock.iso_now_precise()
         seen = exc.result if isinstance(exc.result, Readiness) else Readiness()

@@ -111,34 +111,98 @@ def deploy_id(iteration: int) -> str:
     return f"deploy-iter-{iteration:03d}"
 
 
-# Option name on the command line -> key in the handoff file (and Settings field).
-OPTION_KEYS: dict[str, str] = {
-    "--iter": "iteration",
-    "--exp-root": "exp_root",
-    "--workload": "workload",
-    "--workload-sha256": "workload_sha256",
-    "--dgd": "dgd",
-    "--dgd-sha256": "dgd_sha256",
-    "--provenance": "provenance",
-    "--prev-deploy-root": "prev_deploy_root",
-    "--support": "support",
-    "--storage-class": "storage_class",
-    "--smoke-prompt": "smoke_prompt",
-    "--served-model": "served_model",
-    "--kubeconfig": "kubeconfig",
-    "--keep-on-failure": "keep_on_failure",
-}
-# Timeouts with their own command-line option; the rest can be set in the handoff's `timeouts:`.
-TIMEOUT_OPTIONS: dict[str, str] = {
-    "--timeout-job-download": "job_download_s",
-    "--timeout-job-validate": "job_validate_s",
-    "--timeout-retire": "retire_s",
-    "--timeout-readiness": "readiness_s",
-    "--timeout-readiness-no-progress": "readiness_no_progress_s",
-}
+RUN, PYTEST = "run", "pytest"  # a Settings field; an option the pytest side alone reads
+
+
+@dataclass(frozen=True)
+class Option:
+    """One row of :data:`OPTIONS`: a command-line option, a handoff key, or both.
+
+    ``step`` says what the row fills: ``RUN`` a :class:`Settings` field named ``key``; a step's name a
+    :class:`Timeouts` field (handoff ``timeouts.<key>``); ``PYTEST`` nothing here (``key`` is ``None``).
+    A row without ``option`` is set in the handoff file only. The types and defaults are the
+    dataclasses' own fields (mypy checks them); a unit test proves table and fields agree.
+    """
+
+    key: str | None
+    option: str | None = None
+    metavar: str = ""
+    help: str = ""
+    step: str = RUN
+    action: str = "store"  # the argparse action: "append" (repeatable), "store_const" (a flag, const True)
+
+
+# The one declaration of the suite's options and handoff keys, in `pytest --help`'s order. No argparse
+# `type=`: argparse would refuse "--iter=one" with a usage dump and no fix; build_settings judges the raw
+# text and says how to fix it.
+OPTIONS: tuple[Option, ...] = (
+    Option("iteration", "--iter", "N",
+           "zero-based optimization iteration; the run writes <EXP_ROOT>/artifacts/deploy-iter-NNN/"),
+    Option(None, "--handoff", "FILE", step=PYTEST),  # help: handoff_help(), which lists the keys below
+    Option("exp_root", "--exp-root", "PATH",
+           "experiment root runs/<EXP_ID> created by user-interviewer; every input must resolve inside it"),
+    Option("workload", "--workload", "PATH", "exact path of <EXP_ROOT>/user_workload.yaml"),
+    Option("workload_sha256", "--workload-sha256", "HEX",
+           "SHA-256 of user_workload.yaml as handed over (recomputed before it is read)"),
+    Option("dgd", "--dgd", "PATH",
+           "the assigned DGD manifest (iteration 0: <EXP_ROOT>/inputs/user_provided_dgd.yaml)"),
+    Option("dgd_sha256", "--dgd-sha256", "HEX",
+           "SHA-256 of the assigned DGD as handed over (recomputed before it is copied)"),
+    Option("provenance", "--provenance", "ROLE",
+           f"who handed the DGD over: {' (iteration 0) | '.join(PROVENANCES)} (iteration > 0)"),
+    Option("prev_deploy_root", "--prev-deploy-root", "PATH",
+           "previous deployment root (required when N > 0); its ledger names the DGD to retire"),
+    Option("support", "--support", "TYPE=PATH",
+           f"handed-off support manifest, repeatable; TYPE is one of {', '.join(SUPPORT_TYPES)}; several "
+           "model-download variants may be given (the one matching the DGD's precision is used)", action="append"),
+    Option("storage_class", "--storage-class", "NAME", "storage class, only when a model-cache PVC needs one"),
+    Option("smoke_prompt", "--smoke-prompt", "TEXT",
+           f"prompt of the smoke chat completion (default: {DEFAULT_SMOKE_PROMPT!r})"),
+    Option("served_model", "--served-model", "NAME",
+           "served model name for the smoke test (default: read from the DGD)"),
+    Option("kubeconfig", "--kubeconfig", "PATH",
+           "kubeconfig file (default: $KUBECONFIG or ~/.kube/config); the context always comes from "
+           "user_workload.yaml kubernetes.kube_context, never the current-context"),
+    Option("keep_on_failure", "--keep-on-failure", "",
+           "keep everything a failed run created for debugging; by default an attempt that can never succeed is "
+           "torn down after its evidence is kept (recorded in the ledger)", action="store_const"),
+    Option(None, "--reports-dir", "DIR",
+           "where <EXP_ID>/deploy-iter-NNN.html/.xml go unless --html/--junitxml are given (default: reports/ in "
+           "the rootdir a pytest configuration file sets, such as the checkout's pyproject.toml; else in the "
+           "current directory)", step=PYTEST),
+    # Handoff only: the challenger's review id travels with the candidate; `timeouts:` holds the rows below.
+    Option("review_id"),
+    Option("timeouts"),
+    # Timeouts, by the step whose wait they bound; the rows with an option have their own command-line one.
+    Option("job_download_s", "--timeout-job-download", "SECONDS", "bound of the job download wait", "support"),
+    Option("job_validate_s", "--timeout-job-validate", "SECONDS", "bound of the job validate wait", "support"),
+    Option("retire_s", "--timeout-retire", "SECONDS", "bound of the retire wait", "retire"),
+    Option("pvc_bound_s", step="readiness"),
+    Option("readiness_s", "--timeout-readiness", "SECONDS",
+           "hard cap of the readiness wait, however the pods progress", "readiness"),
+    Option("readiness_no_progress_s", "--timeout-readiness-no-progress", "SECONDS",
+           "the readiness wait fails after this long without progress (no pod created, scheduled, image pulled, "
+           "container started or ready)", "readiness"),
+    Option("reconcile_error_grace_s", step="readiness"),
+    Option("smoke_reach_attempts", step="smoke"),
+    Option("smoke_reach_interval_s", step="smoke"),
+    Option("smoke_models_attempts", step="smoke"),
+    Option("smoke_models_interval_s", step="smoke"),
+    Option("smoke_request_timeout_s", step="smoke"),
+    Option("smoke_chat_not_ready_s", step="smoke"),
+)
+# Settings keys (the handoff's top-level keys) -> their option; the timeouts with an option.
+OPTION_KEYS: dict[str, str] = {o.option: o.key for o in OPTIONS if o.step == RUN and o.option and o.key}
+TIMEOUT_OPTIONS: dict[str, str] = {o.option: o.key for o in OPTIONS
+                                   if o.step not in (RUN, PYTEST) and o.option and o.key}
+HANDOFF_KEYS: tuple[str, ...] = tuple(o.key for o in OPTIONS if o.step == RUN and o.key)
 _KEY_TO_OPTION = {v: k for k, v in OPTION_KEYS.items()}
-# Handoff keys that carry no option: the challenger's review id travels with the candidate.
-_EXTRA_HANDOFF_KEYS = ("review_id", "timeouts", "iter")
+
+
+def handoff_help() -> str:
+    """``--handoff``'s help: the handoff keys, from the table."""
+    return (f"YAML file holding any of these options (keys: {', '.join(HANDOFF_KEYS)}); command-line values "
+            "override it; its relative paths are relative to the file's directory")
 
 
 def _option_for(key: str) -> str:
@@ -163,7 +227,7 @@ def load_handoff(path: Path) -> dict[str, Any]:
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise InputError(name, "must hold exactly one YAML mapping", "keep one `key: value` document")
     data: dict[str, Any] = {}
-    known = set(OPTION_KEYS.values()) | set(_EXTRA_HANDOFF_KEYS)
+    known = {*HANDOFF_KEYS, "iter"}  # `iter`: the option's spelling, read as `iteration`
     for raw_key, value in docs[0].items():
         key = str(raw_key).replace("-", "_").lstrip("_")
         if key not in known:
@@ -182,7 +246,7 @@ def build_settings(
 ) -> Settings:
     """Merge command-line values (``None`` = not given) over the handoff file and judge them.
 
-    ``cli`` maps Settings keys (see OPTION_KEYS / TIMEOUT_OPTIONS) to raw values; ``support`` is a
+    ``cli`` maps Settings keys (the keys of :data:`OPTIONS`) to raw values; ``support`` is a
     list of ``TYPE=PATH`` strings. Raises InputError naming the option and the fix.
     """
     handoff: dict[str, Any] = {}

@@ -31,7 +31,7 @@ from deploy_suite.constants import LABEL_COMPONENT_TYPE, LABEL_DGD_NAME
 from deploy_suite.errors import StepBlocked, StepFailure, SuiteError, WaitTimeout
 from deploy_suite.model import dgd, podspec
 from deploy_suite.procedure.runstate import RunState
-from deploy_suite.procedure.settings import DEFAULT_SMOKE_PROMPT
+from deploy_suite.procedure.settings import DEFAULT_SMOKE_PROMPT, Timeouts
 from deploy_suite.procedure.validate import Preflight
 from deploy_suite.record.ledger import Ledger, atomic_write_text
 from deploy_suite.vocab import BlockerClass, FailureCategory
@@ -56,17 +56,8 @@ _BODIES = ("models_body.json", "api_body.json")
 ARTIFACT = "smoke_test_artifact.json"
 
 
-@dataclass(frozen=True)
-class SmokeSettings:
-    """Bounds of the gates (seconds); ``backoff_cap`` is how often we look inside them."""
-
-    reach_attempts: int = 30
-    reach_interval: float = 2.0
-    list_attempts: int = 30
-    list_interval: float = 10.0
-    chat_timeout: float = 120.0
-    backoff_cap: float = 0.25
-    chat_not_ready: float = 30.0
+# How often gates 1 and 2 look inside their bounds (the bounds are the ``smoke_*`` timeouts).
+BACKOFF_CAP = 0.25
 
 
 @dataclass(frozen=True)
@@ -92,7 +83,7 @@ class SmokePlan:
     endpoint: Endpoint
     deploy_root: Path
     prompt: str = DEFAULT_PROMPT
-    settings: SmokeSettings = field(default_factory=SmokeSettings)
+    timeouts: Timeouts = field(default_factory=Timeouts)  # the gates read the smoke_* bounds
     kubectl: str = "kubectl"
 
 
@@ -164,20 +155,15 @@ def plan(run: RunState, kube: Kube) -> SmokePlan:
     direct = direct_routing(model, documents)
     endpoint = find_endpoint(kube, run.namespace, model.name, direct,
                              preflight.frontend_service if preflight else None)
-    t = run.settings.timeouts
     return SmokePlan(
         namespace=run.namespace, dgd_name=model.name, served_model=served, direct_routing=direct,
         endpoint=endpoint, deploy_root=run.deploy_root, prompt=run.settings.smoke_prompt,
-        settings=SmokeSettings(t.smoke_reach_attempts, t.smoke_reach_interval_s, t.smoke_models_attempts,
-                               t.smoke_models_interval_s, t.smoke_request_timeout_s,
-                               chat_not_ready=t.smoke_chat_not_ready_s),
-        kubectl=shutil.which("kubectl") or "kubectl")
+        timeouts=run.settings.timeouts, kubectl=shutil.which("kubectl") or "kubectl")
 
 
 def run(run: RunState, kube: Kube, plan: SmokePlan, transport: httpx.BaseTransport | None = None) -> SmokeResult:
     """The three gates; a result that did not pass all three fails the step (recorded first)."""
-    result = run_smoke(kube, plan.endpoint, plan.namespace, plan.served_model, plan.deploy_root, plan.prompt,
-                       plan.settings, on_progress=run.progress, kubectl=plan.kubectl, transport=transport)
+    result = run_smoke(kube, plan, on_progress=run.progress, transport=transport)
     result.artifact_path = run.rel(plan.deploy_root / ARTIFACT)
     result.body_paths = [run.rel(plan.deploy_root / "smoke" / n) for n in _BODIES
                          if (plan.deploy_root / "smoke" / n).exists()]
@@ -308,41 +294,39 @@ class _Forward:
 DEAD_TUNNEL_AFTER = 5
 
 
-def run_smoke(kube: Kube, endpoint: Endpoint, namespace: str, served_model: str, deploy_root: Path,
-              prompt: str = DEFAULT_PROMPT, settings: SmokeSettings | None = None,
-              on_progress: Callable[[str], None] | None = None, kubectl: str = "kubectl",
+def run_smoke(kube: Kube, plan: SmokePlan, *, on_progress: Callable[[str], None] | None = None,
               transport: httpx.BaseTransport | None = None) -> SmokeResult:
-    """The three gates against ``endpoint``; ``transport`` replaces the network (unit tests)."""
-    s = settings or SmokeSettings()
-    result = SmokeResult(api_request=chat_request(served_model, prompt), endpoint=endpoint,
+    """The three gates against ``plan.endpoint``; ``transport`` replaces the network (unit tests)."""
+    s, endpoint, served_model, deploy_root = plan.timeouts, plan.endpoint, plan.served_model, plan.deploy_root
+    result = SmokeResult(api_request=chat_request(served_model, plan.prompt), endpoint=endpoint,
                          served_model=served_model)
     smoke_dir = deploy_root / "smoke"
     smoke_dir.mkdir(parents=True, exist_ok=True)
     for stale in _BODIES:
         (smoke_dir / stale).unlink(missing_ok=True)  # a stale body must never satisfy a gate
     progress = on_progress or (lambda _m: None)
-    fwd = _Forward(kube, endpoint, namespace, kubectl)
+    fwd = _Forward(kube, endpoint, plan.namespace, plan.kubectl)
     started = clock.monotonic()
     try:
-        with httpx.Client(timeout=httpx.Timeout(10.0, read=s.chat_timeout), transport=transport) as http:
+        with httpx.Client(timeout=httpx.Timeout(10.0, read=s.smoke_request_timeout_s), transport=transport) as http:
             # Gate 1: reachability; any HTTP answer means the forward works.
             base = _gate_reach(http, fwd, s, result, progress)
             result.timings["reachable_s"] = round(clock.monotonic() - started, 3)
             if base is None:
                 return _finish(result, deploy_root, "reachability", "port-forward never became reachable within "
-                               f"{s.reach_attempts} x {s.reach_interval:.0f}s")
+                               f"{s.smoke_reach_attempts} x {s.smoke_reach_interval_s:.0f}s")
             # Gate 2: the served model is listed (worker registration lags pod readiness).
-            listed = _gate_listed(http, fwd, s, result, served_model, smoke_dir, progress)
+            listed = _gate_listed(http, fwd, s, result, served_model, smoke_dir=smoke_dir, progress=progress)
             result.timings["model_listed_s"] = round(clock.monotonic() - started, 3)
             if not listed:
                 return _finish(result, deploy_root, "model-listed", f"served model {served_model!r} never listed "
-                               f"within {s.list_attempts} x {s.list_interval:.0f}s (last code "
+                               f"within {s.smoke_models_attempts} x {s.smoke_models_interval_s:.0f}s (last code "
                                f"{result.models_http_code})")
             # Gate 3: one chat completion (asked again only while the model is not routable yet).
             headers = {"Content-Type": "application/json"}
             if endpoint.worker_instance_id is not None:
                 headers[DIRECT_HEADER] = str(endpoint.worker_instance_id)
-            body = _gate_chat(http, fwd, s, result, headers, smoke_dir, progress)
+            body = _gate_chat(http, fwd, s, result, headers, smoke_dir=smoke_dir, progress=progress)
             result.timings["chat_s"] = round(clock.monotonic() - started, 3)
             return _judge(result, body, deploy_root, endpoint)
     except (httpx.HTTPError, WaitTimeout) as exc:
@@ -352,9 +336,9 @@ def run_smoke(kube: Kube, endpoint: Endpoint, namespace: str, served_model: str,
         fwd.stop()
 
 
-def _gate_reach(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: SmokeResult,
+def _gate_reach(http: httpx.Client, fwd: _Forward, s: Timeouts, result: SmokeResult,
                 progress: Callable[[str], None]) -> str | None:
-    poll = clock.Poll(s.reach_attempts * s.reach_interval, cap=s.backoff_cap)
+    poll = clock.Poll(s.smoke_reach_attempts * s.smoke_reach_interval_s, cap=BACKOFF_CAP)
     dropped = 0
     for _ in poll:
         try:
@@ -375,11 +359,11 @@ def _gate_reach(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: Smo
     return None
 
 
-def _gate_listed(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: SmokeResult, served_model: str,
+def _gate_listed(http: httpx.Client, fwd: _Forward, s: Timeouts, result: SmokeResult, served_model: str, *,
                  smoke_dir: Path, progress: Callable[[str], None]) -> bool:
-    for _ in clock.Poll(s.list_attempts * s.list_interval, cap=s.backoff_cap):
+    for _ in clock.Poll(s.smoke_models_attempts * s.smoke_models_interval_s, cap=BACKOFF_CAP):
         try:
-            resp = http.get(fwd.url(s.reach_interval * s.reach_attempts) + "/v1/models")
+            resp = http.get(fwd.url(s.smoke_reach_interval_s * s.smoke_reach_attempts) + "/v1/models")
             result.models_http_code = resp.status_code
             (smoke_dir / "models_body.json").write_bytes(resp.content)
             if 200 <= resp.status_code < 300:
@@ -404,14 +388,14 @@ def _not_ready_yet(code: int, body: Any) -> bool:
     return code == 404 and any(w in json.dumps(body).lower() for w in ("not ready", "not found"))
 
 
-def _gate_chat(http: httpx.Client, fwd: _Forward, s: SmokeSettings, result: SmokeResult, headers: dict[str, str],
+def _gate_chat(http: httpx.Client, fwd: _Forward, s: Timeouts, result: SmokeResult, headers: dict[str, str], *,
                smoke_dir: Path, progress: Callable[[str], None]) -> Any:
-    """The chat request; repeated with backoff for at most ``s.chat_not_ready`` seconds while the
+    """The chat request; repeated with backoff for at most ``s.smoke_chat_not_ready_s`` seconds while the
     answer says the model is not routable yet (each answer counted in ``result.chat_attempts``)."""
-    poll = clock.Poll(s.chat_not_ready, first=0.25, cap=4.0, at_least_once=True)
+    poll = clock.Poll(s.smoke_chat_not_ready_s, first=0.25, cap=4.0, at_least_once=True)
     body: Any = None
     for _ in poll:
-        resp = http.post(fwd.url(s.reach_interval * s.reach_attempts) + "/v1/chat/completions",
+        resp = http.post(fwd.url(s.smoke_reach_interval_s * s.smoke_reach_attempts) + "/v1/chat/completions",
                          json=result.api_request, headers=headers)
         result.api_http_code = resp.status_code
         result.chat_attempts += 1

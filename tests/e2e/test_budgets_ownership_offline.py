@@ -21,6 +21,7 @@ import pytest
 
 from deploy_suite import yamlio
 from deploy_suite.access.kube import DGD, Kube, Obj
+from deploy_suite.access.watch import Watch
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, refresh, set_line, stage_candidate
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.record import ledger
@@ -47,7 +48,7 @@ def wait_successful(kube: Kube, namespace: str, name: str, timeout: float = 120.
         state = ((obj or {}).get("status") or {}).get("state")
         return state == "successful", f"dgd/{name} state {state}"
 
-    kube.wait_for(DGD, done, awaited=f"dgd/{name} successful", timeout=timeout, namespace=namespace, name=name)
+    kube.wait_for(Watch(DGD, namespace, name=name), done, awaited=f"dgd/{name} successful", timeout=timeout)
     return kube.get(DGD, name, namespace)
 
 

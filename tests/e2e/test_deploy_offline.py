@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from deploy_suite.access.kube import DGD, Obj
+from deploy_suite.access.watch import Watch
 from deploy_suite.errors import WaitTimeout
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
 from deploy_suite.model.dgd import load_dgd
@@ -40,6 +41,7 @@ from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.offline.operator_sim.serving import FAULTS_CONFIGMAP
 from deploy_suite.procedure import readiness, smoke
+from deploy_suite.procedure.settings import Timeouts
 from deploy_suite.record import ledger
 from tests import support
 from tests.support import SuiteRun, outcomes, step
@@ -77,8 +79,7 @@ class Target(support.Target):
         def gone(objs: dict[str, Obj]) -> tuple[bool, str]:
             return f"{self.namespace}/{name}" not in objs, f"dgd/{name} present: {sorted(objs)}"
 
-        self.kube.wait_for(DGD, gone, awaited=f"dgd/{name} deleted", timeout=timeout, namespace=self.namespace,
-                           name=name)
+        self.kube.wait_for(Watch(DGD, self.namespace, name=name), gone, awaited=f"dgd/{name} deleted", timeout=timeout)
 
 
 def _target(cluster: OfflineCluster, tmp_path: Path) -> Iterator[Target]:
@@ -394,7 +395,7 @@ def hold_gpus(target: Target, nodes: list[str], gpus: int) -> list[str]:
         phases = {o["metadata"]["name"]: (o.get("status") or {}).get("phase") for o in objs.values()}
         return all(phases.get(n) == "Running" for n in names), str(phases)
 
-    target.kube.wait_for("Pod", running, awaited="GPU holders Running", timeout=30, namespace=target.namespace)
+    target.kube.wait_for(Watch("Pod", target.namespace), running, awaited="GPU holders Running", timeout=30)
     return names
 
 
@@ -426,8 +427,9 @@ def test_gpu_contention_is_seen_by_step2_and_waited_out_by_step6(target: Target)
             threading.Thread(target=free_gpus, name="free-gpus", daemon=True).start()
 
     started = time.monotonic()
-    ready = readiness.wait_ready(target.kube, target.namespace, dgd, 90.0, frontend_expected=True,
-                               on_progress=on_progress)
+    ready = readiness.wait_ready(target.kube, target.namespace, dgd,
+                                 Timeouts(readiness_s=90.0, readiness_no_progress_s=90.0), frontend_expected=True,
+                                 reporting=readiness.Reporting(on_progress=on_progress))
     assert ready.state == "ready" and freed, progress
     assert ready.contention, "the contention was not recorded"
     first = ready.contention[0]
@@ -561,11 +563,11 @@ def test_a_crash_loop_keeps_the_containers_last_lines_redacted_then_is_torn_down
         def both(objs: dict[str, Obj]) -> tuple[bool, str]:
             return len(objs) >= 2, f"{len(objs)} objects"
 
-        pods = target.kube.wait_for("Pod", both, awaited="the DGD's pods", timeout=60, namespace=target.namespace,
-                                    label_selector=f"{DGD_LABEL}={dgd_name}").objects
+        pods = target.kube.wait_for(Watch("Pod", target.namespace, label_selector=f"{DGD_LABEL}={dgd_name}"), both,
+                                    awaited="the DGD's pods", timeout=60).objects
         with contextlib.suppress(WaitTimeout):  # the replica wires its Logs once, when its serving is up
-            target.kube.wait_for(target.kube.resource(faults.KWOK_API, "Logs"), both, awaited="the replica's Logs",
-                                 timeout=8, namespace=target.namespace)
+            target.kube.wait_for(Watch(target.kube.resource(faults.KWOK_API, "Logs"), target.namespace), both,
+                                 awaited="the replica's Logs", timeout=8)
         for pod in pods.values():
             target.kube.apply(faults.logs_object({**pod, "apiVersion": "v1", "kind": "Pod"}, current,
                                                  previous=previous), target.namespace)
@@ -697,9 +699,11 @@ def test_missing_direct_routing_header_fails_the_chat_gate(target: Target) -> No
     # The same worker pod, reached without the instance id the harness found (see module docstring).
     endpoint = smoke.Endpoint("worker-pod", led["endpoint"]["target"])
     out = target.tmp / "no-header"
-    settings = smoke.SmokeSettings(10, 1.0, 3, 1.0, 30.0)
-    result = smoke.run_smoke(target.kube, endpoint, target.namespace, "qwen3-gaie", out, settings=settings,
-                             kubectl=KUBECTL)
+    bounds = Timeouts(smoke_reach_attempts=10, smoke_reach_interval_s=1.0, smoke_models_attempts=3,
+                      smoke_models_interval_s=1.0, smoke_request_timeout_s=30.0)
+    plan = smoke.SmokePlan(target.namespace, "e2e-gaie", "qwen3-gaie", True, endpoint, out, timeouts=bounds,
+                           kubectl=KUBECTL)
+    result = smoke.run_smoke(target.kube, plan)
     assert result.success == 0 and result.gate == "chat", result.diagnosis
     assert result.models_http_code == 200 and result.api_http_code == 400
     assert smoke.DIRECT_HEADER in result.diagnosis and "the deployment itself may be fine" in result.diagnosis

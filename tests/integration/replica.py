@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from deploy_suite.access.kube import Kube, Obj, Resource
+from deploy_suite.access.watch import Watch
 from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.offline.cluster import OfflineCluster
 
@@ -42,7 +43,7 @@ def wait_state(kube: Kube, res: Resource, ns: str, name: str, want: str, timeout
         cond = ready_condition(objs.get(f"{ns}/{name}") or {})
         return st.get("state") == want, f"state={st.get('state')} {cond.get('reason')}: {cond.get('message')}"
 
-    state = kube.wait_for(res, done, awaited=f"DGD {name} state {want}", timeout=timeout, namespace=ns, name=name)
+    state = kube.wait_for(Watch(res, ns, name=name), done, awaited=f"DGD {name} state {want}", timeout=timeout)
     return state.objects[f"{ns}/{name}"]
 
 

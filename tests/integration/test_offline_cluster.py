@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from deploy_suite.access.kube import Kube, Obj
+from deploy_suite.access.watch import Watch
 from deploy_suite.errors import StepFailure
 from deploy_suite.offline import binaries, procs
 from deploy_suite.offline.cluster import OfflineCluster, workdir
@@ -36,8 +37,8 @@ def wait_scheduled(kube: Kube, ns: str, name: str) -> Obj:
         phase = (p or {}).get("status", {}).get("phase")
         return bool(node) and phase == "Running", f"node={node} phase={phase}"
 
-    return kube.wait_for("Pod", scheduled, awaited=f"pod {name} Running", timeout=30, namespace=ns,
-                         name=name).objects[f"{ns}/{name}"]
+    return kube.wait_for(Watch("Pod", ns, name=name), scheduled, awaited=f"pod {name} Running",
+                         timeout=30).objects[f"{ns}/{name}"]
 
 
 def wait_failed_scheduling(kube: Kube, ns: str, name: str) -> str:
@@ -45,8 +46,8 @@ def wait_failed_scheduling(kube: Kube, ns: str, name: str) -> str:
         msgs = [e.get("message", "") for e in objs.values() if e.get("reason") == "FailedScheduling"]
         return bool(msgs), msgs[-1] if msgs else "no FailedScheduling event yet"
 
-    state = kube.wait_for("Event", has_event, awaited=f"FailedScheduling for {name}", timeout=30, namespace=ns,
-                          field_selector=f"involvedObject.name={name}")
+    state = kube.wait_for(Watch("Event", ns, field_selector=f"involvedObject.name={name}"), has_event,
+                          awaited=f"FailedScheduling for {name}", timeout=30)
     return state.description
 
 
@@ -113,8 +114,8 @@ def test_a_job_reaches_complete(cluster_kube: Kube, scratch_namespace: str) -> N
             raise StepFailure("job failed")
         return "Complete" in conds, " ".join(conds) or "no condition yet"
 
-    state = cluster_kube.wait_for("Job", complete, awaited="job Complete", timeout=60, namespace=scratch_namespace,
-                                  name="model-download")
+    state = cluster_kube.wait_for(Watch("Job", scratch_namespace, name="model-download"), complete,
+                                  awaited="job Complete", timeout=60)
     assert "Complete" in state.description
 
 
@@ -137,8 +138,8 @@ def test_a_model_cache_pvc_reaches_bound(cluster_kube: Kube, scratch_namespace: 
         phase = (objs.get(f"{scratch_namespace}/model-cache") or {}).get("status", {}).get("phase")
         return phase == "Bound", f"phase={phase}"
 
-    cluster_kube.wait_for("PersistentVolumeClaim", bound, awaited="PVC Bound", timeout=60,
-                          namespace=scratch_namespace, name="model-cache")
+    cluster_kube.wait_for(Watch("PersistentVolumeClaim", scratch_namespace, name="model-cache"), bound,
+                          awaited="PVC Bound", timeout=60)
     got = cluster_kube.get("PersistentVolumeClaim", "model-cache", scratch_namespace)
     assert got["status"]["capacity"]["storage"] == size
     assert got["status"]["accessModes"] == [mode]
@@ -156,15 +157,15 @@ def test_deployments_roll_out_and_garbage_collection_follows_owner_references(
         st = (objs.get(f"{scratch_namespace}/web") or {}).get("status", {})
         return st.get("availableReplicas") == 2, f"available={st.get('availableReplicas')}"
 
-    cluster_kube.wait_for("Deployment", available, awaited="web available", timeout=60, namespace=scratch_namespace,
-                          name="web")
+    cluster_kube.wait_for(Watch("Deployment", scratch_namespace, name="web"), available, awaited="web available",
+                          timeout=60)
     cluster_kube.delete("Deployment", "web", scratch_namespace)
 
     def no_pods(objs: dict[str, Obj]) -> tuple[bool, str]:
         return not objs, f"{len(objs)} pods left"
 
-    cluster_kube.wait_for("Pod", no_pods, awaited="web pods collected", timeout=60, namespace=scratch_namespace,
-                          label_selector="app=web")
+    cluster_kube.wait_for(Watch("Pod", scratch_namespace, label_selector="app=web"), no_pods,
+                          awaited="web pods collected", timeout=60)
 
 
 def test_deleting_a_namespace_finishes_and_the_audit_log_shows_our_requests(
@@ -180,7 +181,7 @@ def test_deleting_a_namespace_finishes_and_the_audit_log_shows_our_requests(
         ns = objs.get("/audit-probe")
         return ns is None, f"phase={(ns or {}).get('status', {}).get('phase')}"
 
-    kube.wait_for("Namespace", gone, awaited="namespace deleted", timeout=90, name="audit-probe")
+    kube.wait_for(Watch("Namespace", name="audit-probe"), gone, awaited="namespace deleted", timeout=90)
     events = [json.loads(line) for line in Path(offline_cluster.info().audit_log).read_text().splitlines()]
     ours = [(e["verb"], e["objectRef"].get("resource"), e["objectRef"].get("name")) for e in events
             if e.get("userAgent") == agent and e.get("stage") == "ResponseComplete"]

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from deploy_suite.access.kube import Kube, Obj
+from deploy_suite.access.watch import Watch
 from deploy_suite.errors import WaitTimeout
 from deploy_suite.offline import faults
 from deploy_suite.offline.operator_sim.components import worker_hash
@@ -37,8 +38,7 @@ def test_a_transient_failed_is_written_for_one_reconcile_then_recovers(
 
     try:
         kube.apply(manifest("dgd-beta-agg.yaml"), ns)
-        kube.wait_for(BETA, settled, awaited="successful after a transient failure", timeout=60, namespace=ns,
-                      name=NAME)
+        kube.wait_for(Watch(BETA, ns, name=NAME), settled, awaited="successful after a transient failure", timeout=60)
     finally:
         faults.set_operator_fault(kube, ns, NAME, None)
     failed = [m for s, m in seen if s == "failed"]
@@ -73,7 +73,7 @@ def test_an_invalid_pod_template_is_held_at_the_dcd_and_the_dgd_stays_pending(
             cond = next((c for c in conds if c["type"] == "Available"), {})
             return cond.get("reason") == "DeploymentFailed", str(cond)
 
-        state = kube.wait_for(DCD, refused, awaited="DCD Available=False", timeout=30, namespace=ns, name=decode)
+        state = kube.wait_for(Watch(DCD, ns, name=decode), refused, awaited="DCD Available=False", timeout=30)
         cond = next(c for c in state.objects[f"{ns}/{decode}"]["status"]["conditions"] if c["type"] == "Available")
         assert cond["status"] == "False"
         assert "spec.template.spec.containers[0].resources.requests: Invalid value" in cond["message"]
@@ -109,7 +109,7 @@ def test_pods_refused_below_the_dgd_hold_it_pending_with_failed_create(
                     and e["involvedObject"]["kind"] == "ReplicaSet"]
             return any(evidence in m for m in msgs), msgs[-1] if msgs else "no FailedCreate yet"
 
-        kube.wait_for("Event", failed_create, awaited="FailedCreate from the ReplicaSet", timeout=30, namespace=ns)
+        kube.wait_for(Watch("Event", ns), failed_create, awaited="FailedCreate from the ReplicaSet", timeout=30)
         dgd = wait_state(kube, BETA, ns, NAME, "pending")
         decode = f"{NAME}-decode-{worker_hash(dgd)}"
 
@@ -118,8 +118,7 @@ def test_pods_refused_below_the_dgd_hold_it_pending_with_failed_create(
             cond = next((c for c in conds if c["type"] == "Available"), {})
             return cond.get("status") == "False" and cond.get("reason") == "FailedCreate", str(cond)
 
-        kube.wait_for(DCD, dcd_refused, awaited="DCD Available=False FailedCreate", timeout=30, namespace=ns,
-                      name=decode)
+        kube.wait_for(Watch(DCD, ns, name=decode), dcd_refused, awaited="DCD Available=False FailedCreate", timeout=30)
         dgd = kube.get(BETA, NAME, ns)
         assert dgd["status"]["state"] == "pending"
         assert f"{decode}: Component deployment not ready - Available condition not true" in \
@@ -158,7 +157,7 @@ def test_a_slow_worker_is_running_not_ready_within_its_startup_budget_then_ready
                        and next(c for c in p["status"]["conditions"] if c["type"] == "Ready")["status"] != "True"]
             return bool(running), f"{len(pods)} decode pods"
 
-        state = kube.wait_for("Pod", loading, awaited="worker Running, not Ready", timeout=30, namespace=ns)
+        state = kube.wait_for(Watch("Pod", ns), loading, awaited="worker Running, not Ready", timeout=30)
         pod = next(iter(p for p in state.objects.values()
                         if p["metadata"]["labels"]["nvidia.com/dynamo-component"] == "decode"))
         probe = pod["spec"]["containers"][0]["startupProbe"]
@@ -181,7 +180,7 @@ def test_an_image_never_pullable_keeps_the_dgd_pending_never_failed(cluster_kube
                        for s in (p.get("status") or {}).get("containerStatuses") or [] if "waiting" in s["state"]]
             return len(waiting) >= 2, str(waiting)
 
-        kube.wait_for("Pod", backoff, awaited="ImagePullBackOff", timeout=30, namespace=ns)
+        kube.wait_for(Watch("Pod", ns), backoff, awaited="ImagePullBackOff", timeout=30)
         dgd = wait_state(kube, BETA, ns, NAME, "pending")
         assert "Component deployment not ready - Available condition not true" in ready_condition(dgd)["message"]
         states: list[str] = []
@@ -191,7 +190,7 @@ def test_an_image_never_pullable_keeps_the_dgd_pending_never_failed(cluster_kube
             return "failed" in states, states[-1]
 
         with pytest.raises(WaitTimeout):
-            kube.wait_for(BETA, never_failed, awaited="a failed state", timeout=5, namespace=ns, name=NAME)
+            kube.wait_for(Watch(BETA, ns, name=NAME), never_failed, awaited="a failed state", timeout=5)
         assert "failed" not in states
     finally:
         faults.remove(kube, fault)

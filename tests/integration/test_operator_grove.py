@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from deploy_suite.access.kube import Kube, Obj
+from deploy_suite.access.watch import Watch
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.offline.kai import KAI_PODGROUP
 from deploy_suite.offline.operator_sim.grove import PCLQ, PCS, PCSG, PODGANG
@@ -79,7 +80,7 @@ def test_an_oversized_pod_is_unschedulable_in_kai_words(grove_cluster: tuple[Off
             msgs = [e["message"] for e in objs.values() if e.get("reason") == "Unschedulable"]
             return bool(msgs), msgs[-1] if msgs else "no Unschedulable yet"
 
-        state = kube.wait_for("Event", unschedulable, awaited="KAI Unschedulable", timeout=30, namespace=ns)
+        state = kube.wait_for(Watch("Event", ns), unschedulable, awaited="KAI Unschedulable", timeout=30)
         assert state.description == \
             "No nodes with enough resources were found: 5 node(s) didn't have enough resources: GPUs."  # CPU node too
         pods = pods_of(kube, ns, "nine-gpus")
@@ -90,8 +91,8 @@ def test_an_oversized_pod_is_unschedulable_in_kai_words(grove_cluster: tuple[Off
             pg = objs.get(f"{ns}/pg-nine-gpus-0") or {}
             return bool((pg.get("status") or {}).get("schedulingConditions")), str(pg.get("status"))
 
-        state = kube.wait_for(KAI_PODGROUP, with_conditions, awaited="KAI PodGroup conditions", timeout=30,
-                              namespace=ns, name="pg-nine-gpus-0")
+        state = kube.wait_for(Watch(KAI_PODGROUP, ns, name="pg-nine-gpus-0"), with_conditions,
+                              awaited="KAI PodGroup conditions", timeout=30)
         reasons = state.objects[f"{ns}/pg-nine-gpus-0"]["status"]["schedulingConditions"][0]["reasons"]
         assert reasons[0]["reason"] == "PodSchedulingErrors"
         assert "no nodes with enough resources were found" in reasons[0]["message"]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from deploy_suite.access.kube import Kube
+from deploy_suite.access.watch import Watch
 from deploy_suite.errors import InputError, KubeError
 from deploy_suite.offline import procs
 from deploy_suite.offline.cluster import CONTROLLERS, OfflineCluster
@@ -91,8 +92,8 @@ def test_latest_owns_dgd_dcd_deployment_with_the_operator_names_services_and_fin
     assert ports == {"alpha-disagg-frontend": [("http", 8000)], "alpha-disagg-prefill": [("system", 9090)],
                      "alpha-disagg-decode": [("system", 9090)]}
     kube.delete(BETA, "alpha-disagg", ns)
-    gone = kube.wait_for(BETA, lambda objs: (not objs, f"{len(objs)} left"), awaited="DGD deleted",
-                         timeout=30, namespace=ns, name="alpha-disagg")
+    gone = kube.wait_for(Watch(BETA, ns, name="alpha-disagg"), lambda objs: (not objs, f"{len(objs)} left"),
+                         awaited="DGD deleted", timeout=30)
     assert not gone.objects
 
 

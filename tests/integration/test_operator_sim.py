@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from deploy_suite.access.kube import Kube, Obj
+from deploy_suite.access.watch import Watch
 from deploy_suite.errors import Invalid, KubeError
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
@@ -64,7 +65,7 @@ def wait_dgd(kube: Kube, ns: str, name: str, want: str, timeout: float = READY_T
         ok = st.get("state") == want and cond.get("status") == ("True" if want == "successful" else "False")
         return ok, f"state={st.get('state')} ready={cond.get('status')} {cond.get('reason')}: {cond.get('message')}"
 
-    state = kube.wait_for(DGD_BETA, done, awaited=f"DGD {name} state {want}", timeout=timeout, namespace=ns, name=name)
+    state = kube.wait_for(Watch(DGD_BETA, ns, name=name), done, awaited=f"DGD {name} state {want}", timeout=timeout)
     return state.objects[f"{ns}/{name}"]
 
 
@@ -239,7 +240,7 @@ def test_a_dgd_that_cannot_schedule_stays_pending_with_failed_scheduling_events(
                 and e["involvedObject"]["name"].startswith("nine-gpus-worker-")]
         return bool(msgs), msgs[-1] if msgs else "no FailedScheduling yet"
 
-    state = cluster_kube.wait_for("Event", failed_scheduling, awaited="FailedScheduling", timeout=30, namespace=ns)
+    state = cluster_kube.wait_for(Watch("Event", ns), failed_scheduling, awaited="FailedScheduling", timeout=30)
     assert "Insufficient nvidia.com/gpu" in state.description
 
     def only_worker_pending(objs: dict[str, Obj]) -> tuple[bool, str]:
@@ -250,8 +251,8 @@ def test_a_dgd_that_cannot_schedule_stays_pending_with_failed_scheduling_events(
             and "nine-gpus-frontend" not in cond.get("message", "")
         return done, f"{cond.get('reason')}: {cond.get('message')}"
 
-    state = cluster_kube.wait_for(DGD_BETA, only_worker_pending, awaited="only the worker not ready", timeout=30,
-                                  namespace=ns, name="nine-gpus")
+    state = cluster_kube.wait_for(Watch(DGD_BETA, ns, name="nine-gpus"), only_worker_pending,
+                                  awaited="only the worker not ready", timeout=30)
     dgd = state.objects[f"{ns}/nine-gpus"]
     cond = ready_condition(dgd)
     assert cond["reason"] == "some_resources_are_not_ready"
@@ -301,10 +302,10 @@ def test_deleting_a_dgd_removes_its_pods_services_and_processes(
     def none_left(objs: dict[str, Obj]) -> tuple[bool, str]:
         return not objs, f"{len(objs)} left"
 
-    cluster_kube.wait_for("Pod", none_left, awaited="pods collected", timeout=60, namespace=ns,
-                          label_selector=f"{DGD_LABEL}=beta-agg")
-    cluster_kube.wait_for("Service", none_left, awaited="service collected", timeout=60, namespace=ns,
-                          name="beta-agg-frontend")
+    cluster_kube.wait_for(Watch("Pod", ns, label_selector=f"{DGD_LABEL}=beta-agg"), none_left,
+                          awaited="pods collected", timeout=60)
+    cluster_kube.wait_for(Watch("Service", ns, name="beta-agg-frontend"), none_left, awaited="service collected",
+                          timeout=60)
     for role, pid in roles.items():
         assert wait_exit(pid, 30), f"{role} process {pid} still running"
 
@@ -357,8 +358,7 @@ def wait_pod(kube: Kube, ns: str, predicate: Any, awaited: str, label_selector: 
                 return True, p["metadata"]["name"]
         return False, json.dumps([p.get("status", {}).get("containerStatuses") for p in objs.values()])[:300]
 
-    state = kube.wait_for("Pod", done, awaited=awaited, timeout=30, namespace=ns, label_selector=label_selector,
-                          name=name)
+    state = kube.wait_for(Watch("Pod", ns, name=name, label_selector=label_selector), done, awaited=awaited, timeout=30)
     return state.objects[f"{ns}/{state.description}"]
 
 
@@ -413,8 +413,8 @@ def test_crash_output_is_served_by_kubectl_logs(offline_cluster: OfflineCluster,
         def logs_served(objs: dict[str, Obj]) -> tuple[bool, str]:
             return bool(objs), "Logs object present"
 
-        cluster_kube.wait_for(cluster_kube.resource(faults.KWOK_API, "Logs"), logs_served, awaited="Logs object",
-                              timeout=10, namespace=ns, name="crashy")
+        cluster_kube.wait_for(Watch(cluster_kube.resource(faults.KWOK_API, "Logs"), ns, name="crashy"), logs_served,
+                              awaited="Logs object", timeout=10)
         out = kubectl(offline_cluster, "logs", "-n", ns, "crashy")
         assert out.returncode == 0, out.stderr
         assert "RuntimeError: CUDA out of memory" in out.stdout and "starting worker" in out.stdout
@@ -458,8 +458,7 @@ def test_job_pod_failure_fault_fails_the_job(cluster_kube: Kube, scratch_namespa
                      .get("conditions", []) if c.get("status") == "True"}
             return "Failed" in conds, json.dumps(conds)[:300]
 
-        state = cluster_kube.wait_for("Job", failed, awaited="Job Failed", timeout=60, namespace=ns,
-                                      name="model-download")
+        state = cluster_kube.wait_for(Watch("Job", ns, name="model-download"), failed, awaited="Job Failed", timeout=60)
         job = state.objects[f"{ns}/model-download"]
         assert "Complete" not in {c["type"] for c in job["status"]["conditions"] if c["status"] == "True"}
         assert job["status"].get("failed", 0) >= 2  # the first pod and its one retry

@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from deploy_suite.access.kube import CommandRecord, Kube, Obj
+from deploy_suite.access.watch import Watch
 from deploy_suite.constants import GPU_TAINT_KEY
 from deploy_suite.errors import Forbidden
 from deploy_suite.fixtures.cluster import ClusterPool
@@ -350,8 +351,8 @@ def crdless_cluster() -> Iterator[OfflineCluster]:
     with own_cluster("nocrd", "default") as cluster:
         kube = cluster.kube()
         kube.delete("CustomResourceDefinition", DGD_CRD)
-        kube.wait_for("CustomResourceDefinition", lambda objs: (not objs, f"{len(objs)} left"),
-                      awaited=f"CRD {DGD_CRD} deleted", timeout=60, name=DGD_CRD)
+        kube.wait_for(Watch("CustomResourceDefinition", name=DGD_CRD), lambda objs: (not objs, f"{len(objs)} left"),
+                      awaited=f"CRD {DGD_CRD} deleted", timeout=60)
         kube.close()
         yield cluster
 
@@ -572,11 +573,11 @@ def free_h200(cluster_kube: Kube) -> None:
         held = gpu_holders_on_h200(objs)
         return not held, f"GPU holders on H200 nodes: {held}"
 
-    cluster_kube.wait_for("Pod", free, awaited="H200 nodes free of GPU holders", timeout=90)
+    cluster_kube.wait_for(Watch("Pod"), free, awaited="H200 nodes free of GPU holders", timeout=90)
 
 
 def wait_pods(kube: Kube, namespace: str, done: Any, awaited: str, timeout: float = 60) -> dict[str, Obj]:
-    return kube.wait_for("Pod", done, awaited=awaited, timeout=timeout, namespace=namespace).objects
+    return kube.wait_for(Watch("Pod", namespace), done, awaited=awaited, timeout=timeout).objects
 
 
 def test_pods_stuck_in_image_pull_backoff_hold_their_gpus(

@@ -29,7 +29,8 @@ from deploy_suite.procedure.settings import Settings, Timeouts
 from deploy_suite.record import ledger as ledger_mod
 
 MODEL = "qwen3"
-SMALL = smoke.SmokeSettings(reach_attempts=5, reach_interval=1.0, list_attempts=3, list_interval=1.0)
+SMALL = Timeouts(smoke_reach_attempts=5, smoke_reach_interval_s=1.0, smoke_models_attempts=3,
+                 smoke_models_interval_s=1.0)
 OK_CHAT = {"id": "c1", "object": "chat.completion", "choices": [{"index": 0, "message": {"content": "NVIDIA Dynamo"}}]}
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -145,10 +146,10 @@ SERVICE = smoke.Endpoint("service", "svc/demo-frontend")
 
 
 def go(tmp_path: Path, frontend: Handler, kube: FakeKube | None = None, endpoint: smoke.Endpoint = SERVICE,
-       settings: smoke.SmokeSettings = SMALL, progress: list[str] | None = None) -> smoke.SmokeResult:
+       settings: Timeouts = SMALL, progress: list[str] | None = None) -> smoke.SmokeResult:
     lines = progress if progress is not None else []
-    return smoke.run_smoke(kube or FakeKube(), endpoint, "ns", MODEL, tmp_path, "say hi",  # type: ignore[arg-type]
-                           settings, on_progress=lines.append, kubectl="/bin/kubectl",
+    plan = smoke.SmokePlan("ns", "demo", MODEL, False, endpoint, tmp_path, "say hi", settings, "/bin/kubectl")
+    return smoke.run_smoke(kube or FakeKube(), plan, on_progress=lines.append,  # type: ignore[arg-type]
                            transport=httpx.MockTransport(frontend))
 
 
@@ -241,7 +242,8 @@ def test_a_forward_that_accepts_but_drops_every_connection_is_renewed(tmp_path: 
     drops = [httpx.RemoteProtocolError("Server disconnected without sending a response.")] * smoke.DEAD_TUNNEL_AFTER
     kube = FakeKube(forwards=[FakeForward(40001), FakeForward(40002)])
     result = go(tmp_path, Frontend(models=[*drops, listing(MODEL)]), kube,
-                settings=smoke.SmokeSettings(30, 2.0, 5, 1.0, 5.0), progress=lines)
+                settings=Timeouts(smoke_models_attempts=5, smoke_models_interval_s=1.0, smoke_request_timeout_s=5.0),
+                progress=lines)
     assert result.success == 1 and result.port_forward_restarts == 1
     assert kube.started[0].stops == 1 and len(kube.started) == 2
     assert "smoke: the port-forward accepts connections but drops them; restarting it" in lines
@@ -548,7 +550,7 @@ def test_plan_uses_step2s_frontend_service_and_the_settings_bounds(tmp_path: Pat
     plan = smoke.plan(run, FakeKube(services={"demo-frontend"}))  # type: ignore[arg-type]
     assert plan.endpoint == SERVICE and plan.dgd_name == "demo" and plan.namespace == "ns"
     assert (plan.direct_routing, plan.prompt, plan.deploy_root) == (False, "say hi", tmp_path / "artifacts")
-    assert plan.settings == smoke.SmokeSettings(4, 0.5, 2, 3.0, 9.0)
+    assert plan.timeouts == run.settings.timeouts  # the run's own group, read directly by the gates
     assert plan.kubectl.endswith("kubectl")
 
 
@@ -625,8 +627,8 @@ def test_a_model_that_becomes_routable_passes_after_a_few_answers(tmp_path: Path
 def test_a_listed_model_that_stays_not_ready_fails_the_chat_gate_after_its_bound(
         tmp_path: Path, fake_clock: clock.FakeClock) -> None:
     started = fake_clock.monotonic()
-    settings = smoke.SmokeSettings(reach_attempts=3, reach_interval=1.0, list_attempts=3, list_interval=1.0,
-                                   chat_not_ready=10.0)
+    settings = Timeouts(smoke_reach_attempts=3, smoke_reach_interval_s=1.0, smoke_models_attempts=3,
+                        smoke_models_interval_s=1.0, smoke_chat_not_ready_s=10.0)
     result = go(tmp_path, Frontend(chat=NOT_READY), settings=settings)
     assert result.success == 0 and result.gate == "chat" and result.chat_attempts > 2
     assert result.diagnosis.startswith("the served model is listed but chat still answered HTTP 503 after ")

@@ -17,6 +17,7 @@ import pytest
 
 from deploy_suite.access import watch
 from deploy_suite.access.kube import DGD, KNOWN
+from deploy_suite.access.watch import Watch
 from deploy_suite.errors import Forbidden, KubeError, NotFound, StepFailure, Unavailable, WaitTimeout
 from tests import fakekube
 from tests.fakekube import dropped, error_event, event, forbidden, gone, status
@@ -45,8 +46,10 @@ def all_running(objs: dict) -> tuple[bool, str]:
     return bool(objs) and all(p.endswith("=Running") for p in phases), " ".join(phases) or "no pods"
 
 
-def wait_pods(kube, timeout: float = 60.0, **kw):
-    return kube.wait_for("Pod", all_running, awaited="pods Running", timeout=timeout, namespace=NS, **kw)
+def wait_pods(kube, timeout: float = 60.0, label_selector: str | None = None, field_selector: str | None = None,
+              **kw):
+    spec = Watch("Pod", NS, label_selector=label_selector, field_selector=field_selector)
+    return kube.wait_for(spec, all_running, awaited="pods Running", timeout=timeout, **kw)
 
 
 # ------------------------------------------------------------------ list, then watch
@@ -91,7 +94,7 @@ def test_the_watch_starts_at_the_lists_version_with_bookmarks_and_the_selectors(
 def test_one_object_by_name_is_a_metadata_name_field_selector(fake) -> None:
     api, kube, records = fake
     api.put(DGD, {"metadata": {"name": "d", "namespace": NS}})
-    kube.wait_for(DGD, lambda objs: (True, "seen"), awaited="dgd", timeout=5, namespace=NS, name="d")
+    kube.wait_for(Watch(DGD, NS, name="d"), lambda objs: (True, "seen"), awaited="dgd", timeout=5)
     assert api.requests[0].query["fieldSelector"] == "metadata.name=d"
     assert records[0].command.endswith(f"get dynamographdeployments.nvidia.com d -n {NS} --watch")
 
@@ -99,7 +102,7 @@ def test_one_object_by_name_is_a_metadata_name_field_selector(fake) -> None:
 def test_a_cluster_wide_watch_of_a_namespaced_kind_is_recorded_with_all_namespaces(fake) -> None:
     api, kube, records = fake
     api.put(POD, pod("a", "Running"))
-    kube.wait_for("Pod", all_running, awaited="pods", timeout=5)
+    kube.wait_for(Watch("Pod"), all_running, awaited="pods", timeout=5)
     assert api.requests[0].path == "/api/v1/pods"
     assert records[0].command.endswith("get pods -A --watch")
 
@@ -145,7 +148,7 @@ def test_410_gone_relists_and_the_fresh_list_replaces_the_state(fake, how: str) 
             api.put(POD, pod("fresh", "Running"))
         return all_running(objs)
 
-    state = kube.wait_for("Pod", judge, awaited="pods", timeout=30, namespace=NS)
+    state = kube.wait_for(Watch("Pod", NS), judge, awaited="pods", timeout=30)
     assert seen == [{f"{NS}/stale"}, {f"{NS}/fresh"}]
     assert list(state.objects) == [f"{NS}/fresh"]
     assert [r.method for r in api.requests] == ["GET", "WATCH", "GET"]
@@ -233,7 +236,7 @@ def test_a_condition_that_raises_stops_the_wait(fake) -> None:
         raise StepFailure("pod a failed", "crash")
 
     with pytest.raises(StepFailure, match="pod a failed"):
-        kube.wait_for("Pod", judge, awaited="x", timeout=60, namespace=NS)
+        kube.wait_for(Watch("Pod", NS), judge, awaited="x", timeout=60)
     assert not api.of("WATCH")
 
 
