@@ -12,6 +12,7 @@ import pytest
 
 from deploy_suite import clock
 from deploy_suite.access.kube import Kube, Obj
+from deploy_suite.access.watch import Watch
 from deploy_suite.constants import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from deploy_suite.errors import KubeError
 from deploy_suite.offline.kind import docker
@@ -83,7 +84,7 @@ def wait_pod(kube: Kube, namespace: str, name: str, done: str, timeout: float = 
             return ok, f"restarts {cs.get('restartCount')}, waiting {waiting!r}"
         return waiting == done, f"waiting {waiting!r}"
 
-    kube.wait_for("Pod", judge, awaited=f"pod {name}: {done}", timeout=timeout, namespace=namespace, name=name)
+    kube.wait_for(Watch("Pod", namespace, name), judge, awaited=f"pod {name}: {done}", timeout=timeout)
     return kube.get("Pod", name, namespace)
 
 

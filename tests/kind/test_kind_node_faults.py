@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from deploy_suite.access.kube import Kube, Obj
+from deploy_suite.access.watch import Watch
 from deploy_suite.constants import GPU_RESOURCE
 from deploy_suite.offline.kind import docker
 from deploy_suite.offline.kind.config import POOL_NODE_LABEL
@@ -22,7 +23,7 @@ def _wait_ready(kube: Kube, node: str, ready: bool, timeout: float = 240.0) -> O
                       if c.get("type") == "Ready"), None)
         return (state == "True") == ready, f"Ready={state}"
 
-    kube.wait_for("Node", judge, awaited=f"node {node} Ready={ready}", timeout=timeout, name=node)
+    kube.wait_for(Watch("Node", name=node), judge, awaited=f"node {node} Ready={ready}", timeout=timeout)
     return kube.get("Node", node)
 
 

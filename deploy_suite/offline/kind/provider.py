@@ -33,6 +33,7 @@ from typing import Any
 
 from deploy_suite import clock, yamlio
 from deploy_suite.access.kube import Kube, Obj
+from deploy_suite.access.watch import Watch
 from deploy_suite.constants import GPU_RESOURCE
 from deploy_suite.errors import WaitTimeout
 from deploy_suite.offline import binaries, pools, procs, webhook
@@ -320,7 +321,7 @@ class KindProvider:
                 f" (waiting for {', '.join(missing[:5])})" if missing else "")
 
         try:
-            kube.wait_for("Node", all_ready, awaited="all kind nodes Ready", timeout=timeout)
+            kube.wait_for(Watch("Node"), all_ready, awaited="all kind nodes Ready", timeout=timeout)
         except WaitTimeout as exc:
             raise ClusterError(f"{exc}; fix: see `docker exec <node> journalctl -u kubelet`") from exc
 
