@@ -72,7 +72,7 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int], limit: int) -> int:
 
 
 def load_yaml_text(text: str, input_name: str, fix: str) -> list[Any]:
-    """All documents of YAML text, with duplicate keys, deep nesting and alias bombs refused."""
+    """The non-empty documents of YAML text, with duplicate keys, deep nesting and alias bombs refused."""
     try:
         depth = 0
         for event in yaml.parse(text, Loader=_StrictLoader):  # event stream: iterative, O(1) memory
@@ -92,9 +92,11 @@ def load_yaml_text(text: str, input_name: str, fix: str) -> list[Any]:
                 if node is not None and _expanded_size(node, {}, MAX_YAML_NODES) > MAX_YAML_NODES:
                     raise InputError(input_name, f"YAML document {len(documents) + 1} expands to more than "
                                      f"{MAX_YAML_NODES} nodes through its aliases (an alias bomb?)", fix)
-                documents.append(loader.construct_document(node))
-            while len(documents) > 1 and documents[-1] is None:
-                documents.pop()  # a file ending with ``---``: an empty last document, no object
+                document = loader.construct_document(node)
+                # An empty document (a file ending with ``---``, two markers in a row, a leading one
+                # before the first) holds no object: kubectl skips it, and so does every reader here.
+                if document is not None:
+                    documents.append(document)
             return documents
         finally:
             loader.dispose()
@@ -106,7 +108,7 @@ def load_yaml_text(text: str, input_name: str, fix: str) -> list[Any]:
 
 
 def load_yaml_documents(real: Path, input_name: str, fix: str) -> list[Any]:
-    """All documents of a YAML file; a syntax error becomes one line with line and column."""
+    """The non-empty documents of a YAML file; a syntax error becomes one line with line and column."""
     try:
         size = real.stat().st_size
     except OSError as exc:
@@ -134,7 +136,7 @@ def load_one(path: Path, input_name: str | None = None, fix: str = "fix the YAML
 
 def load_all(path: Path, input_name: str | None = None, fix: str = "fix the YAML file") -> list[Any]:
     """Every non-empty document of a YAML file (run-scoped copies, generated manifests)."""
-    return [d for d in load_yaml_documents(path, input_name or str(path), fix) if d is not None]
+    return load_yaml_documents(path, input_name or str(path), fix)
 
 
 def dump(data: Any) -> str:
