@@ -109,7 +109,7 @@ def test_retire_at_iteration_0_records_the_context_and_touches_no_cluster(fake, 
     assert retired.retired is None and api.requests == []
     change = retired.context_change
     assert change is not None and (change["from"], change["to"]) == (None, "fake-ctx")
-    assert "cluster_context: fake-ctx" in (tmp_path / "manifest.yaml").read_text()
+    assert 'cluster_context: "fake-ctx"' in (tmp_path / "manifest.yaml").read_text()
     assert run.evidence == {"manifest_context_update": change}
     assert run.ledger.data["retired_previous"] is None
 
