@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from deploy_suite import yamlio
 from deploy_suite.access.kube import DGD, Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.errors import WaitTimeout
@@ -199,6 +200,28 @@ def test_sample_v1alpha1_aggregated_becomes_ready_and_answers(target: Target) ->
     assert any("your-storage-class-name" in p["change"] and "'standard'" in p["change"] for p in led["patches"])
     assert "your-storage-class-name" in (exp.exp_root / "inputs" / "model-cache.yaml").read_text()
     assert not (run.deploy_root / "logs").exists()  # logs/ only when a failure log is kept
+
+
+def test_the_handoffs_support_order_is_followed_and_recorded(target: Target) -> None:
+    # The user's instructions: validate the cache, then download into it (the procedure's order
+    # would download first). The validate file ends with `---`, as concatenated manifests do.
+    exp = target.experiment(support={"model-cache": support.SAMPLE_SUPPORT / "model-cache.yaml",
+                                     "model-download": support.SAMPLE_SUPPORT / "model-download.yaml",
+                                     "model-validate": DATA / "model-validate.yaml"})
+    order = ["model-cache", "model-validate", "model-download"]
+    handoff = yamlio.load_one(exp.handoff0)
+    exp.handoff0.write_text(yamlio.dump({**handoff, "support_order": order}), encoding="utf-8")
+    run = target.run(exp)
+    led = assert_ready(run, target, dgd_name=SAMPLE_DGD, served="Qwen/Qwen3-0.6B", gpus=1)
+    evidence = step(led, "step4_support_manifests")["evidence"]
+    assert evidence["order"] == {"types": order, "by": "handoff support_order"}
+    assert [j["job"] for j in evidence["jobs"]] == ["model-validate", "model-download"]
+    assert led["settings"]["support_order"] == order
+    applies = [c["command"] for c in led["commands"] if c["kind"] == "mutate" and " apply " in c["command"]]
+    assert [next(t for t in order if f"applied_manifests/{t}.yaml" in c) for c in applies[:3]] == order
+    # The apiserver's own times: the download Job was created once the validate Job had completed.
+    jobs = {j: target.kube.get("Job", j, target.namespace) for j in ("model-validate", "model-download")}
+    assert jobs["model-validate"]["status"]["completionTime"] <= jobs["model-download"]["metadata"]["creationTimestamp"]
 
 
 def test_v1beta1_aggregated_becomes_ready_and_answers(target: Target) -> None:
