@@ -147,9 +147,9 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, fronte
     service, front = dgd.frontend_service, dgd.frontend
     if frontend_expected and service and front and kube.get_or_none("Service", service, namespace) is None:
         # Named as the operator names it, whatever the component's type (docs/operator-generations.md).
-        typed = "" if front.type == "frontend" else (
-            f" (component {front.name} runs the Dynamo frontend but is typed {front.raw_type or 'nothing'}: "
-            "the operator creates this Service for the component typed frontend)")
+        typed = "" if front.raw_type == "frontend" else (
+            f" (component {front.name} is typed {front.raw_type or 'nothing'}: operators create this Service for "
+            "the component typed frontend, and the oldest ones for main; type it frontend)")
         raise StepFailure(f"frontend Service {service} is missing{typed}", FailureCategory.MISSING_FRONTEND_SERVICE)
     out.seconds = round(clock.monotonic() - started, 3)
     out.verdict_at = clock.iso_now_precise()
