@@ -302,6 +302,21 @@ def test_gaie_direct_routing_is_reached_on_a_worker_pod_with_the_instance_id(tar
     assert instance in hex_ids, sidecar_log
 
 
+def test_a_v1alpha1_frontend_sidecar_spec_is_reached_with_the_direct_routing_header(target: Target) -> None:
+    # `frontendSidecar: {image, args, envFromSecret}`: the operator builds the container; its
+    # `--router-mode direct` is read from the spec, so step 7 sends the worker instance id.
+    run = target.run(target.experiment("dgd-gaie-alpha-sidecar.yaml", support={}))
+    led = assert_ready(run, target, dgd_name="e2e-gaie-alpha", served="qwen3-gaie-alpha", gpus=1,
+                       endpoint_kind="worker-pod")
+    assert led["frontend_service"] is None and led["readiness"]["components"]["VllmWorker"]["ready"] == 1
+    pod_name = led["endpoint"]["target"].removeprefix("pod/")
+    assert pod_name.startswith("e2e-gaie-alpha-vllmworker-") and led["endpoint"]["worker_instance_id"] > 0
+    pod = target.kube.get_or_none("Pod", pod_name, target.namespace)
+    assert pod is not None
+    sidecar = next(c for c in pod["spec"]["containers"] if c["name"] == "sidecar-frontend")
+    assert sidecar["command"] == ["python3"] and sidecar["args"][-2:] == ["--router-mode", "direct"]
+
+
 # ------------------------------------------------------------------ iteration 1 retires iteration 0
 
 

@@ -617,7 +617,8 @@ def test_readiness_times_out_at_its_bound(fake, tmp_path: Path) -> None:
     error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     assert error.category == "timeout" and not partial.failed_attempt
     assert str(error).startswith("timed out after 120s waiting for dgd/demo Ready with all pods ready; last seen: "
-                                 "dgd/demo state=pending Ready=False (NotReady), pods ready 0/2 (the hard cap ")
+                                 "dgd/demo state=pending Ready=False (NotReady), pods ready 0/2 (short: Frontend "
+                                 "0/1, VllmDecodeWorker 0/1) (the hard cap ")
     assert "last progress: readiness wait started" in str(error)  # no pod ever appeared
 
 
