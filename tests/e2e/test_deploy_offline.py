@@ -399,7 +399,7 @@ def hold_gpus(target: Target, nodes: list[str], gpus: int) -> list[str]:
     return names
 
 
-CONTENTION_NO_PROGRESS_S = 10.0
+CONTENTION_NO_PROGRESS_S = 20.0  # shorter than the contention, longer than the replica's serving start
 
 
 def test_gpu_contention_is_seen_by_step2_and_waited_out_by_step6(target: Target) -> None:
@@ -433,7 +433,6 @@ def test_gpu_contention_is_seen_by_step2_and_waited_out_by_step6(target: Target)
             held.append(time.monotonic())
             threading.Thread(target=free_gpus, name="free-gpus", daemon=True).start()
 
-    started = time.monotonic()
     ready = readiness.wait_ready(target.kube, target.namespace, dgd,
                                  Timeouts(readiness_s=90.0, readiness_no_progress_s=CONTENTION_NO_PROGRESS_S),
                                  frontend_expected=True, reporting=readiness.Reporting(on_progress=on_progress))
@@ -445,7 +444,7 @@ def test_gpu_contention_is_seen_by_step2_and_waited_out_by_step6(target: Target)
     assert any("Insufficient nvidia.com/gpu" in e for e in first["evidence"]), first
     assert "e2e-contention-vllmdecodeworker-" in first["diagnosis"]
     assert ready.components["VllmDecodeWorker"]["ready"] == 1
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - freed[0] < 45  # ready soon after the GPUs are free
 
 
 # ------------------------------------------------------------------ dependencies and support jobs
