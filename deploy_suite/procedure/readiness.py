@@ -138,9 +138,9 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, fronte
             if now - ready.counts_from >= no_progress_s:
                 raise StepFailure(f"no progress for {now - ready.counts_from:.0f}s (timeouts.readiness_no_progress_s "
                                   f"{no_progress_s:.0f}s); last progress: {_progress_line(ready, started)}; stuck "
-                                  f"with no sign of a legitimate wait: {'; '.join(ready.waiting.stuck[:4])}; last "
+                                  f"with no sign of a legitimate wait: {'; '.join(ready.signs.stuck[:4])}; last "
                                   f"seen: {exc.last_state}", FailureCategory.NO_PROGRESS,
-                                  [exc.last_state, *ready.waiting.stuck[:4]], result=_partial(ready, started)) from exc
+                                  [exc.last_state, *ready.signs.stuck[:4]], result=_partial(ready, started)) from exc
         except (StepFailure, StepBlocked) as exc:
             exc.result = _partial(ready, started)
             raise
@@ -166,7 +166,7 @@ def _progress(ready: waits.DgdReady, started: float) -> dict[str, Any]:
     return {"what": ready.last_progress, "at": ready.last_progress_at,
             "after_s": round(ready.progress_mono - started, 3), "milestones": len(ready.reached),
             "contention": ready.contention[-3:], "reconcile_errors": ready.reconcile_errors,
-            "waiting": [s.as_dict(now) for s in ready.waiting.signs[:6]], "stuck": list(ready.waiting.stuck[:6])}
+            "waiting": [s.as_dict(now) for s in ready.signs.signs[:6]], "stuck": list(ready.signs.stuck[:6])}
 
 
 def _partial(ready: waits.DgdReady, started: float) -> Readiness:

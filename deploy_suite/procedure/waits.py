@@ -5,7 +5,8 @@ A condition names what it awaits and the collections it watches (by label) for t
 ``(done, one-line state)``. The verdicts are the pure judges' (:mod:`deploy_suite.judges.conditions`,
 :mod:`deploy_suite.judges.triage`); what a judge cannot know from the watched objects lives here:
 a pending pod's events read when the scheduler gives a verdict, the progress seen, when the
-first GPU pod was bound, how long a failed state has lasted, the contention recorded.
+first GPU pod was bound, how long a failed state has lasted, the contention recorded, and the
+reads behind the signs of a legitimate wait (a pod's pull events, a loading container's last line).
 """
 
 from __future__ import annotations
@@ -251,9 +252,11 @@ class DgdReady:
     On the way it notes when the first GPU pod was bound (``allocated_at``, reported through
     ``on_allocated``), records contention and image pulls being retried (waiting can help), notes
     the last progress (a pod created, scheduled, its image pulled, a container started, the ready
-    count rising: ``last_progress``), and raises for a crash loop that persists, an image that does
-    not exist, a reconciliation error or a pending verdict that waiting cannot help (a failed
-    attempt when the manifest can never run, a dependency otherwise).
+    count rising: ``last_progress``) and the signs of a legitimate wait (held, pulling, loading:
+    ``signs``; the no-progress bound counts from ``counts_from``), and raises for a crash loop that
+    persists, an image that does not exist, a reconciliation error, a pending verdict that waiting
+    cannot help (a failed attempt when the manifest can never run, a dependency otherwise) or a
+    container loading longer than ``loading_s``.
     """
 
     triage: PendingTriage
@@ -278,7 +281,7 @@ class DgdReady:
     # something is stuck; a loading container is bounded by loading_s.
     reads: SignReads | None = None
     loading_s: float = 3600.0
-    waiting: Waiting = field(default_factory=Waiting)
+    signs: Waiting = field(default_factory=Waiting)  # the last judgement: signs, and what is stuck
     waiting_mono: float = field(default_factory=clock.monotonic)  # the last time nothing was stuck
     started_at: datetime = field(default_factory=clock.now)
     _line: str | None = None
@@ -330,21 +333,21 @@ class DgdReady:
             desc += f"; reconcile error for {clock.monotonic() - self._failed_since:.0f}s, not yet a verdict"
         if self.contention:
             desc += f"; contention: {self.contention[-1]['diagnosis'][:120]}"
-        said = waiting.summary(self.waiting, clock.now(), self._line)
+        said = waiting.summary(self.signs, clock.now(), self._line)
         return status.done, f"{desc}; {said}" if said else desc
 
     def _judge_waiting(self, pods: Sequence[Obj], status: DgdStatus) -> None:
         """What waits with a sign and what is stuck; a container loading past ``loading_s`` ends the wait."""
         now = clock.now()
         events = self.reads.events(pods) if self.reads is not None else {}
-        self.waiting = waiting.judge(pods, self.expected_pods, self.triage.held, events,
+        self.signs = waiting.judge(pods, self.expected_pods, self.triage.held, events,
                                      dgd_pending=None if status.done else status.description, fallback=self.started_at)
-        if not self.waiting.stuck:
+        if not self.signs.stuck:
             self.waiting_mono = clock.monotonic()
-        loads = self.waiting.of(WaitingSign.LOADING)
+        loads = self.signs.of(WaitingSign.LOADING)
         longest = max(loads, key=lambda s: s.seconds(now)) if loads else None
         self._line = self.reads.line(longest, now) if self.reads is not None else None
-        late = waiting.overdue(self.waiting, now, self.loading_s)
+        late = waiting.overdue(self.signs, now, self.loading_s)
         if late is not None:
             raise waiting.loading_failure(late, now, self.loading_s, self._line if late == longest else None)
 
