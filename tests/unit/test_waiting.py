@@ -250,7 +250,7 @@ def test_a_worker_loading_longer_than_the_no_progress_bound_ends_ready(fake, tmp
     assert any("loading for <1 min" in line for line in lines)
     # The last line is read at a modest rate: once a minute, not every tick (5 s).
     reads = [r for r in api.of("GET") if r.path.endswith("/log")]
-    assert 4 <= len(reads) <= 6 and all(r.query["tailLines"] == 5 for r in reads)
+    assert 4 <= len(reads) <= 6 and all((r.query["tailLines"], r.query["limitBytes"]) == (5, 16384) for r in reads)
 
 
 def test_a_worker_loading_past_its_own_bound_ends_the_wait_naming_its_last_line(fake, tmp_path: Path) -> None:
