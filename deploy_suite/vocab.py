@@ -94,6 +94,14 @@ class FailureCategory(StrEnum):
     SMOKE = "smoke"
 
 
+class WaitingSign(StrEnum):
+    """Why step 6 waits on a pod that reached no new milestone (``judges.waiting``): not "no progress"."""
+
+    HELD = "held"  # a hold decision: contention, a node being provisioned, a gang being assembled
+    PULLING = "pulling"  # the kubelet pulls its image (``Pulling``, no failure)
+    LOADING = "loading"  # a container running without restarts, not ready yet (a model loading)
+
+
 # What a StepFailure's ``category`` holds: its own failure category or the verdict that stopped it.
 StopCategory = FailureCategory | TriageCategory
 

@@ -574,6 +574,8 @@ def test_a_start_without_progress_fails_after_the_bound_naming_the_last_progress
     assert error.category == "no-progress" and not error.failed_attempt
     assert str(error).startswith("no progress for 300s (timeouts.readiness_no_progress_s 300s); last progress: ")
     assert "pod demo-worker-0" in str(error) and "pods ready 0/2" in str(error)
+    # The worker loads (running, no restarts): a sign; the frontend that never came is what is stuck.
+    assert "stuck with no sign of a legitimate wait: 1 of 2 pods not created;" in str(error)
     assert partial.last_progress["what"].startswith("pod demo-worker-0") and partial.teardown["action"] == "kept"
     assert api.of("DELETE") == []
 
