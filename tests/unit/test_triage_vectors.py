@@ -1,5 +1,5 @@
-"""Every vector of tests/unit/data/triage/scheduling-events.yaml, through the library and through
-`deploy-suite triage` (--json and text, a file and stdin): real messages, this project's verdicts."""
+"""Every vector of tests/unit/data/triage/*.yaml, through the library and through `deploy-suite triage`
+(--json and text, a file and stdin): real messages, this project's verdicts (docs/triage.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from deploy_suite import cli, yamlio
 from deploy_suite.judges import objects as triage_objects
 
 DATA = Path(__file__).parent / "data" / "triage"
-FILES = [yamlio.load_one(DATA / name) for name in ("scheduling-events.yaml", "container-words.yaml")]
+FILES = [yamlio.load_one(path) for path in sorted(DATA.glob("*.yaml"))]
 VECTORS = {section: [v for f in FILES for v in f.get(section) or []]
            for section in ("events", "composed", "groups", "pods", "objects")}
 # Each vector's saved container logs, by pod name then container (deploy-suite triage --logs).
