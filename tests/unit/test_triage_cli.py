@@ -108,17 +108,19 @@ def test_a_single_event_and_the_events_api_shape_are_read(tmp_path, capsys):
 
 def test_grove_lws_and_kueue_objects_come_in_as_many_files_as_kubectl_printed(tmp_path, capsys, monkeypatch):
     events = write(tmp_path, "e.json", {"kind": "List", "items": []})
+    lost = {"name": "main", "state": {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown",
+                                                       "message": "The container could not be located"}}}
     pods = write(tmp_path, "pods.json", {"kind": "List", "items": [
         {"metadata": {"name": "w-0", "namespace": "ns"}, "spec": {"nodeName": "n"},
-         "status": {"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
-             "exitCode": 137, "reason": "ContainerStatusUnknown", "message": "The container could not be located"}}}]}}]})
+         "status": {"phase": "Failed", "containerStatuses": [lost]}}]})
+    relayed = "[Operation: Sync, Code: ERR_CREATE_POD] message: failed to create Pod, cause: pods \"x\" is " \
+              "forbidden: exceeded quota: q"
     grove = {"kind": "List", "items": [
         {"kind": "PodClique", "metadata": {"name": "llm-0-worker", "namespace": "ns"},
-         "status": {"lastErrors": [{"code": "ERR_CREATE_POD", "description": "[Operation: Sync, Code: ERR_CREATE_POD] "
-                                    "message: failed to create Pod, cause: pods \"x\" is forbidden: exceeded quota: q"}]}},
+         "status": {"lastErrors": [{"code": "ERR_CREATE_POD", "description": relayed}]}},
         {"kind": "Workload", "metadata": {"name": "llm-wl", "namespace": "ns"},
          "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "WaitingForQuota",
-                                    "message": "couldn't assign flavors to pod set main: insufficient unused quota"}]}}]}
+                                    "message": "couldn't assign flavors to pod set main: insufficient quota"}]}}]}
     code, out, err = run(capsys, events, "--pods", pods, "--objects", write(tmp_path, "grove.json", grove), "--json")
     found = {r["object"]: r["category"] for r in json.loads(out)}
     assert (code, err) == (1, "") and found == {"Pod/w-0": "platform", "PodClique/llm-0-worker": "dependency",
