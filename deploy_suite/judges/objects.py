@@ -174,7 +174,8 @@ def _condition_verdicts(subject: str, kind: str, obj: Obj, recheck_s: float) -> 
         reason, message = str(cond.get("reason") or kind_), str(cond.get("message") or "")
         said = words.judge(reason, message) or words.judge(kind_, message)
         if said is None and kind in DYNAMO_KINDS:
-            said = words.judge_operator(message)
+            # Older operators write the error as the reason alone (docs/operator-generations.md).
+            said = words.judge_operator(message or str(cond.get("reason") or ""))
             if said is None and status.get("state") == "failed" and \
                     not operator_status.TRANSIENT_ERRORS.search(message):
                 # A reconcile error no rule reads: shown as it is (step 6 judges it by how long it lasts).
