@@ -1,9 +1,11 @@
 """What the cluster's components say about a pod or a workload object, judged from their words alone.
 
 Step 6 of README.md triages a pod that does not become ready from the words of whoever refused it,
-and each speaker has its own wording: kube-scheduler (old and new), KAI, Volcano, Kueue, the
-ResourceQuota and admission plugins (``FailedCreate`` on ReplicaSets and the like), the operator,
-cluster-autoscaler, Karpenter and the kubelet. :func:`judge` turns one reason and message into
+and each speaker has its own wording: kube-scheduler (old and new), KAI and its binder, Volcano,
+Kueue, the ResourceQuota and admission plugins (``FailedCreate`` on ReplicaSets and the like), the
+refusals Grove and LWS relay, the operator, cluster-autoscaler, Karpenter and the kubelet. Each is
+read by its structure (the reason, then the cause clause after a controller's wrapper), never by
+one sample's whole text (docs/triage.md). :func:`judge` turns one reason and message into
 :class:`Words`: a category, the speaker (a later word of the same speaker replaces its earlier
 ones) and, for a shortage, the resources short. What pod and nodes add (a request no node could
 ever hold, which taint, a missing GPU device plugin) is judged in :mod:`deploy_suite.judges.triage`.
@@ -202,8 +204,8 @@ def judge_provisioner(reason: str, message: str) -> Words:
     return Words(TriageCategory.UNKNOWN, PROVISIONER, "not a reason this triage knows")
 
 
-# Kueue's reasons for QuotaReserved=False, Admitted=False, Evicted=True and their events (its API's
-# workload_types.go; docs/triage.md): the reason names the structure, the message the detail.
+# Kueue's reasons for QuotaReserved=False, Admitted=False, Evicted=True and their events (docs/triage.md):
+# the reason names the structure, the message the detail.
 _QUEUE_REASONS: dict[str, tuple[TriageCategory, str]] = {
     "WaitingForQuota": (TriageCategory.CONTENTION, "the queue's quota is in use by other workloads"),
     "WaitingForPreemptedWorkloads": (TriageCategory.CONTENTION, "preempted workloads are releasing the quota"),
