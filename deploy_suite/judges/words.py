@@ -408,6 +408,8 @@ _SCHEDULER_WORDS = re.compile(r"nodes are (un)?available|tasks in gang|pod group
 # A controller relaying the API server's or a webhook's refusal under a reason of its own (Grove's
 # PodCreateFailed, PodCliqueCreateOrUpdateFailed, PodGangCreateOrUpdateFailed, KAIBackendMappingFailed).
 _RELAYED = re.compile(r"^(FailedCreate|ReplicaFailure|\w*(Create|Update|Delete|Sync|Mapping)\w*Failed)$")
+# Reasons other controllers use too (the Job controller's "Suspended"): Kueue's only with its words.
+_GENERIC_REASONS = frozenset({"Pending", "Suspended", "Preempted", "Deactivated", "NodeFailures"})
 _QUEUE_WORDS = re.compile(r"couldn't assign flavors|\b(LocalQueue|ClusterQueue)\b|\bworkload\b", re.IGNORECASE)
 # Words on a gang or a placement that say what is waiting, not why (KAI's PodGroup events, Grove's).
 _GANG_WORDS: dict[str, tuple[TriageCategory, str, str]] = {
@@ -461,8 +463,7 @@ def _judge_other(reason: str, message: str) -> Words | None:
         speaker = QUEUE if _QUEUE_WORDS.search(message) else SCHEDULER
         return Words(TriageCategory.CONTENTION, speaker, "preempted by a workload of higher priority")
     if "couldn't assign flavors" in message or reason in {"QuotaReserved", "Admitted"} or \
-            (reason != "Preempted" and _queue_reason(reason) is not None) or \
-            (reason == "Pending" and _QUEUE_WORDS.search(message)):
+            (_queue_reason(reason) is not None and (reason not in _GENERIC_REASONS or _QUEUE_WORDS.search(message))):
         return judge_queue(message, reason)
     return None
 
