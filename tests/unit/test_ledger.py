@@ -275,13 +275,8 @@ def test_ordinary_values_pass_the_guard(value: Any):
 
 
 @pytest.fixture
-def run(tmp_path: Path) -> RunState:
-    settings = Settings(iteration=0, exp_root=tmp_path, workload=tmp_path / "w", workload_sha256="a" * 64,
-                        dgd=tmp_path / "d", dgd_sha256="b" * 64, provenance="user-interviewer")
-    state = RunState.create(settings)
-    (tmp_path / "artifacts" / "deploy-iter-000").mkdir(parents=True)
-    state.attach_directory(tmp_path / "artifacts" / "deploy-iter-000", False, None)
-    return state
+def run(run_state: RunState) -> RunState:
+    return run_state
 
 
 def saved_unchecked(run: RunState) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from deploy_suite import cli
 from deploy_suite.errors import Forbidden, StepBlocked, StepFailure, WaitTimeout
 from deploy_suite.procedure import stops
 from deploy_suite.procedure.runstate import RunState
-from deploy_suite.procedure.settings import Settings
 from deploy_suite.record import budget, experiment, ledger
 from deploy_suite.vocab import BlockerClass, FailureCategory, StepOutcome, TriageCategory
 
@@ -73,12 +72,9 @@ def test_a_support_jobs_pod_that_can_never_run_is_the_jobs_blocker_not_a_failed_
 
 
 @pytest.fixture
-def run(tmp_path: Path) -> RunState:
-    settings = Settings(iteration=0, exp_root=tmp_path, workload=tmp_path / "w", workload_sha256="a" * 64,
-                        dgd=tmp_path / "d", dgd_sha256="b" * 64, provenance="user-interviewer")
-    state = RunState.create(settings)
-    (tmp_path / "artifacts" / "deploy-iter-000").mkdir(parents=True)
-    state.attach_directory(tmp_path / "artifacts" / "deploy-iter-000", False, None)
+def run(run_state: RunState) -> RunState:
+    """A run whose steps 1 to 5 passed, in step 6."""
+    state = run_state
     for name in ("step1_inputs", "step2_validate", "step3_retire_previous", "step4_support_manifests",
                  "step5_apply"):
         state.begin_step(name)
