@@ -221,7 +221,7 @@ def test_a_missing_secret_key_blocks_without_charging_and_a_rerun_after_the_key_
     (blocker,) = led["blockers"]
     assert blocker["class"] == "dependency" and "couldn't find key HF_TOKEN" in blocker["message"], blocker
     assert led["failed_attempts"] == [] and led["teardown"]["action"] == "kept"
-    assert "blocked" in first.output and "dependency" in first.output
+    assert f"blocked: {blocker['message']}; fix: {blocker['fix']}" in first.output  # the terminal's one line
     # Still held by the missing key (the DGD was kept for the fix), not ready behind the harness's back.
     pods, _ = target.kube.list_items("Pod", target.namespace, label_selector=f"{LABEL_COMPONENT_TYPE}=worker")
     assert [((c.get("state") or {}).get("waiting") or {}).get("reason") for p in pods
