@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from deploy_suite import clock
-from deploy_suite.errors import DeploymentLocked, InputError, StepBlocked, cut
+from deploy_suite.errors import DeploymentLocked, InputError, StepBlocked
 from deploy_suite.model.workload import Workload
 from deploy_suite.procedure import stops
 from deploy_suite.procedure.inputs import Prepared, verify_sources
@@ -303,8 +303,7 @@ class RunState:
         if isinstance(error, StepBlocked):
             line = str(error)  # its message and fix: a missing prerequisite needs no traceback
         else:
-            first = str(error).strip().splitlines()[0] if error is not None and str(error).strip() else ""
-            line = f"{type(error).__name__}: {cut(first, 300)}" if error is not None else f"{phase} failed"
+            line = stops.one_line(error, phase)
             self.ledger.add_diagnostic({"step": name, "at": clock.iso_now(), "phase": phase, "error": line})
         if stop.failed_attempt:
             if len(self.ledger.data["failed_attempts"]) == attempts:

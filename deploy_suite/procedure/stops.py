@@ -27,11 +27,11 @@ BLOCKS: dict[str, tuple[BlockerClass, str]] = {
     FailureCategory.JOB_FAILED: (BlockerClass.JOB, "read the Job's last log lines (logs/job-<name>.log); fix the "
                                  f"support manifest or what it needs (a token, storage, the network), {RERUN}"),
     FailureCategory.JOB_TIMEOUT: (BlockerClass.JOB, "the support Job did not complete within its bound: look at its "
-                                  f"pod, or raise the job timeout, {RERUN}"),
+                                  f"pod, or raise --timeout-job-download / --timeout-job-validate, {RERUN}"),
     FailureCategory.RECONCILE_ERROR: (BlockerClass.RECONCILE_ERROR, "read the operator's error in the DGD status "
                                       "(logs/readiness-<dgd>.log); fix what it names or hand off to troubleshooting, "
                                       + RERUN),
-    FailureCategory.NO_PROGRESS: (BlockerClass.NO_PROGRESS, "nothing advanced within timeouts.readiness_no_progress_s: "
+    FailureCategory.NO_PROGRESS: (BlockerClass.NO_PROGRESS, "nothing advanced within --timeout-readiness-no-progress: "
                                   "read the evidence (logs/readiness-<dgd>.log) and fix what holds the pods, or raise "
                                   f"the bound, {RERUN}"),
     FailureCategory.TIMEOUT: (BlockerClass.TIMEOUT, "a bound ran out while waiting (the message names what was "
@@ -67,14 +67,24 @@ class Stop:
         return self.outcome == StepOutcome.FAILED
 
 
+def one_line(error: BaseException | None, phase: str = "call") -> str:
+    """The error as a person reads it in the terminal and the diagnostics: its type and first line."""
+    if error is None:
+        return f"{phase} failed"
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {cut(first, 300)}"
+
+
 def judge(step: str, error: BaseException | None) -> Stop:
     """The verdict on the error that stopped ``step``: a :class:`StepFailure` that is a failed attempt
     fails the run; a :class:`StepBlocked` blocks with its own class; any other stop blocks with the
-    class of its category (:data:`BLOCKS`), an API refusal with ``api-error``, anything else ``error``."""
-    message = cut(str(error).strip()) if error is not None else "the step failed"
+    class of its category (:data:`BLOCKS`), an API refusal with ``api-error``, anything else ``error``.
+    A judged stop keeps its whole message (its step's result records it too); an unjudged error only
+    its first line, as the diagnostics always kept it."""
     if isinstance(error, StepBlocked):
         return Stop(StepOutcome.BLOCKED, error.category, error.message, error.fix)
     if isinstance(error, StepFailure):
+        message = cut(str(error).strip())
         if error.failed_attempt:
             return Stop(StepOutcome.FAILED, str(error.category), message, evidence=list(error.evidence))
         found = BLOCKS.get(str(error.category))
@@ -82,11 +92,7 @@ def judge(step: str, error: BaseException | None) -> Stop:
             found = BLOCKS[FailureCategory.JOB_FAILED]
         cls, fix = found or (BlockerClass.ERROR, UNCLASSIFIED_FIX)
         return Stop(StepOutcome.BLOCKED, cls, message, fix, list(error.evidence))
-    if isinstance(error, KubeError):
-        cls, fix = BLOCKS[FailureCategory.API_ERROR]
-        return Stop(StepOutcome.BLOCKED, cls, f"{type(error).__name__}: {message}", fix)
-    if isinstance(error, WaitTimeout):
-        cls, fix = BLOCKS[FailureCategory.TIMEOUT]
-        return Stop(StepOutcome.BLOCKED, cls, message, fix)
-    said = f"{type(error).__name__}: {message}" if error is not None else message
-    return Stop(StepOutcome.BLOCKED, BlockerClass.ERROR, said, UNCLASSIFIED_FIX)
+    cls, fix = (BLOCKS[FailureCategory.API_ERROR] if isinstance(error, KubeError) else
+                BLOCKS[FailureCategory.TIMEOUT] if isinstance(error, WaitTimeout) else
+                (BlockerClass.ERROR, UNCLASSIFIED_FIX))
+    return Stop(StepOutcome.BLOCKED, cls, one_line(error), fix)
