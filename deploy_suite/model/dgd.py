@@ -28,6 +28,15 @@ from deploy_suite import constants
 from deploy_suite.constants import DGD_KIND, GPU_RESOURCE, SUPPORTED_API_VERSIONS, V1BETA1
 from deploy_suite.errors import InputError
 from deploy_suite.model import podspec
+from deploy_suite.model.frontend import (
+    FRONTEND_TYPE,
+    LEGACY_ENTRY_TYPE,
+    FrontendSidecar,
+    alpha_sidecar,
+    beta_sidecar,
+    runs_frontend,
+    undeclared_sidecar,
+)
 from deploy_suite.model.podspec import EnvFrom, EnvVar, flag_value, split_args
 from deploy_suite.model.scheduling import (
     FieldReader,
@@ -111,6 +120,7 @@ class Component:
     served_model: str | None
     tokens: tuple[str, ...]  # command + args split and env-expanded (what knobs read)
     pod_labels: Mapping[str, str] = field(default_factory=dict)  # user labels for the pod
+    frontend_sidecar: FrontendSidecar | None = None  # the Dynamo frontend beside `main` (gaie workers)
 
     @property
     def node_selector(self) -> dict[str, str]:
@@ -192,11 +202,25 @@ class Dgd:
         return sum(c.total_gpus for c in self.components)
 
     @property
+    def frontend(self) -> Component | None:
+        """The component serving the OpenAI API behind a Service: typed frontend (v1alpha1 ``main``
+        included), else one whose main container runs the Dynamo frontend, whatever its type
+        (docs/operator-generations.md, "Where the frontend runs")."""
+        return next((c for c in self.components if c.type == FRONTEND_TYPE), None) or next(
+            (c for c in self.components if runs_frontend(c.tokens)), None)
+
+    @property
     def frontend_service(self) -> str | None:
-        """The Service the operator creates for the frontend: ``<dgd>-<lowercased component name>``
-        (docs/operator-generations.md); None without a frontend component."""
-        front = next((c for c in self.components if c.type == "frontend"), None)
-        return f"{self.name}-{front.name.lower()}" if front is not None else None
+        """The Service the operator creates for the frontend: ``<dgd>-<lowercased component name>``,
+        dots as dashes (docs/operator-generations.md); None without a frontend component."""
+        front = self.frontend
+        return f"{self.name}-{front.name.lower()}".replace(".", "-") if front is not None else None
+
+    def sidecar_components(self) -> list[Component]:
+        """Components whose pods run a frontend sidecar, those that decode first (a request enters
+        there; a prefill worker's sidecar is the last resort)."""
+        return sorted((c for c in self.components if c.frontend_sidecar is not None),
+                      key=lambda c: c.type == "prefill")
 
     def pod_count(self) -> int:
         """Pods the operator will create (component x replica x node), without expanding them."""
@@ -350,8 +374,12 @@ def _node_count(rd: FieldReader, multinode: Any, path: str, problems: list[str])
 
 
 def _normalise_type(raw: str | None, sub: str | None) -> str:
+    """A v1alpha1 service's type: prefill/decode from ``subComponentType``; ``main``, the entry
+    component of the operators before the ``frontend`` type, is the frontend (docs/operator-generations.md)."""
     if sub in ("prefill", "decode"):
         return sub
+    if raw == LEGACY_ENTRY_TYPE:
+        return FRONTEND_TYPE
     return raw or "other"
 
 
@@ -461,6 +489,8 @@ def _alpha_components(
                 served_model=_served_model(tokens),
                 tokens=tokens,
                 pod_labels=labels,
+                frontend_sidecar=alpha_sidecar(rd, svc.get("frontendSidecar"), f"{path}.frontendSidecar")
+                or undeclared_sidecar(rd, sidecars, f"{path}.extraPodSpec"),
             )
         )
     return out
@@ -534,6 +564,7 @@ def _beta_components(
                 served_model=_served_model(tokens),
                 tokens=tokens,
                 pod_labels=rd.str_map(meta.get("labels"), f"{path}.podTemplate.metadata.labels"),
+                frontend_sidecar=beta_sidecar(rd, comp.get("frontendSidecar"), containers, path),
             )
         )
     return out
