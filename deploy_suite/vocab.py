@@ -34,7 +34,9 @@ class StepOutcome(StrEnum):
 
 
 class BlockerClass(StrEnum):
-    """A ``StepBlocked``'s category, the ledger's ``blockers[].class``: which prerequisite is missing."""
+    """A ``StepBlocked``'s category, the ledger's ``blockers[].class``: which prerequisite is missing,
+    or, for a step that stopped on something other than the candidate's own failure (a failed
+    attempt), what stopped it (docs/procedure.md, "Outcomes": ``deploy_suite.procedure.stops``)."""
 
     INPUT = "input"
     NAMESPACE = "namespace"
@@ -52,6 +54,16 @@ class BlockerClass(StrEnum):
     OWNERSHIP = "ownership"
     BUDGET = "budget"
     SERVED_MODEL = "served-model"
+    # A step stopped by what is not the candidate's failure (never a failed attempt):
+    DEPENDENCY = "dependency"  # a secret key, a quota, a pull refused on auth, a claim, an admission refusal
+    JOB = "job"  # a support Job failed or timed out (the candidate was never applied)
+    RECONCILE_ERROR = "reconcile-error"  # the operator's error on the DGD, not known to be the candidate's
+    NO_PROGRESS = "no-progress"  # the readiness wait saw nothing advance for its bound
+    TIMEOUT = "timeout"  # a bound ran out while things still advanced
+    FRONTEND_SERVICE = "frontend-service"  # ready pods but no frontend Service from the operator
+    SMOKE = "smoke"  # a smoke gate failed on a deployment step 6 judged ready
+    API_ERROR = "api-error"  # the API server refused or failed a request of the run
+    ERROR = "error"  # an error no judge classified (the harness's own): reported, never charged
 
 
 class TriageCategory(StrEnum):

@@ -500,7 +500,9 @@ def test_unbound_pvc_stops_step6_with_a_dependency_diagnosis(target: Target) -> 
                                      "resources": {"requests": {"storage": "100Gi"}}}}, target.namespace)
         run = target.run(target.experiment("dgd-unbound-pvc.yaml", support={}),
                          f"--timeout-readiness={READINESS_S:.0f}")
-        led = assert_failed_at(run, "step6_readiness")
+        # A dependency is not the candidate's failure: blocked, class dependency (docs/procedure.md, "Outcomes").
+        led = assert_failed_at(run, "step6_readiness", status="blocked")
+        assert [b["class"] for b in led["blockers"]] == ["dependency"]
         assert led["preflight"]["pvcs"] == {"model-cache-unbound": "exists (Pending)"}
         readiness = led["readiness"]
         assert readiness["state"] == "dependency", readiness
@@ -531,8 +533,10 @@ def test_failed_download_job_fails_step4_fast_and_keeps_its_last_log_lines(
         run = target.run(exp)
     finally:
         target.kube.delete(target.kube.resource(faults.KWOK_API, "ClusterLogs"), name)
-    led = assert_failed_at(run, "step4_support_manifests")
-    # Fails at the Failed condition, not at the 6000 s download bound.
+    # A support Job is not the candidate (never applied): blocked, class job, no failed attempt.
+    led = assert_failed_at(run, "step4_support_manifests", status="blocked")
+    assert [b["class"] for b in led["blockers"]] == ["job"] and led["failed_attempts"] == []
+    # Stops at the Failed condition, not at the 6000 s download bound.
     assert step(led, "step4_support_manifests")["duration_s"] < 60
     log = run.deploy_root / "logs" / "job-model-download.log"
     assert log.is_file()
@@ -696,7 +700,8 @@ def test_a_start_that_stalls_ends_at_its_bound_naming_what_it_waited_on(
     timeouts = {"readiness_no_progress_s": NO_PROGRESS_S, "readiness_loading_s": 2 * NO_PROGRESS_S,
                 "readiness_s": READINESS_S}
     run = target.run(target.experiment("dgd-beta-agg.yaml", support={}, timeouts=timeouts))
-    led = assert_failed_at(run, "step6_readiness")
+    led = assert_failed_at(run, "step6_readiness", status="blocked")  # not the candidate's failure
+    assert [b["class"] for b in led["blockers"]] == ["timeout" if stall == "loading" else "no-progress"]
     readiness = led["readiness"]
     if stall == "loading":
         assert readiness["state"] == "timeout", readiness
@@ -722,11 +727,13 @@ def test_a_start_that_stalls_ends_at_its_bound_naming_what_it_waited_on(
 
 
 @pytest.mark.parametrize("fault", ["never-list", "chat-500", "error-object"])
-def test_serving_fault_fails_the_smoke_test(target: Target, serving_fault: Callable[[str, str], None],
-                                            fault: str) -> None:
+def test_serving_fault_blocks_the_smoke_test(target: Target, serving_fault: Callable[[str, str], None],
+                                             fault: str) -> None:
     serving_fault("e2e-beta-agg", fault)
     run = target.run(target.experiment("dgd-beta-agg.yaml", support={}, timeouts=FAST_SMOKE))
-    led = assert_failed_at(run, "step7_smoke")
+    # A smoke gate is a blocker (class smoke), not a failed attempt (docs/procedure.md, "Outcomes").
+    led = assert_failed_at(run, "step7_smoke", status="blocked")
+    assert [b["class"] for b in led["blockers"]] == ["smoke"] and led["failed_attempts"] == []
     assert led["readiness"]["state"] == "ready"  # the deployment is fine; only serving is not
     smoke_section = led["smoke"]
     artifact = run.smoke_artifact()
