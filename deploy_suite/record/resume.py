@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from deploy_suite import clock
 from deploy_suite.record.ledger import Ledger
+from deploy_suite.vocab import StepOutcome
 
 Whose = Literal["mine", "previous", "unknown"]
 
@@ -62,8 +63,9 @@ def may_have_applied(data: Mapping[str, Any]) -> bool:
         return True
     runs = [data.get("steps"), *((r or {}).get("previous_steps") for r in data.get("resumes") or []
                                  if isinstance(r, Mapping))]
+    # A skipped step carries times too (when it was skipped): it never ran.
     return any(isinstance(s, Mapping) and s.get("name") == APPLY_STEP and s.get("started_at")
-               for steps in runs if isinstance(steps, list) for s in steps)
+               and s.get("outcome") != StepOutcome.SKIPPED for steps in runs if isinstance(steps, list) for s in steps)
 
 
 def whose(live: Mapping[str, Any] | None, own_uid: str | None, previous_uid: str | None) -> Whose | None:

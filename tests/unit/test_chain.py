@@ -32,9 +32,10 @@ def fake() -> Iterator[tuple[fakekube.FakeApi, Kube, list[CommandRecord]]]:
 
 
 def steps(reached: int) -> list[dict[str, Any]]:
-    """The seven steps of a ledger whose run started steps 1..``reached``."""
+    """The seven steps of a ledger whose run stopped in step ``reached``: the later ones skipped,
+    which the ledger stamps with times too (deploy_suite/procedure/runstate.py end_step)."""
     return [{"name": s.name, "outcome": "passed" if s.number < reached else "blocked" if s.number == reached
-             else "skipped", "started_at": T0 if s.number <= reached else None} for s in STEPS]
+             else "skipped", "started_at": T0} for s in STEPS]
 
 
 def write(exp: Path, iteration: int, reached: int, *, uid: str | None = None, **extra: Any) -> Path:
@@ -79,6 +80,9 @@ def test_the_walk_back_skips_missing_directories_and_stops_at_the_first_apply(tm
 def test_a_run_that_started_step_5_may_have_applied_and_an_older_ledger_is_trusted(tmp_path: Path) -> None:
     write(tmp_path, 0, 7, uid="uid-0")
     root1 = write(tmp_path, 1, 5)  # killed between its apply and the record: no uid, trusted by name
+    data = json.loads((root1 / ledger.LEDGER_NAME).read_text())
+    data["steps"][4]["outcome"] = "not_run"  # begun, never ended
+    (root1 / ledger.LEDGER_NAME).write_text(json.dumps(data))
     prev = read_previous(root1, tmp_path, 2)
     assert prev is not None and (prev.root, prev.applied_uid, prev.passed_over) == (root1, None, ())
     older = {"iteration": 1, "dgd_name": "demo", "kube_context": "c", "namespace": NS}  # no steps recorded
