@@ -55,9 +55,10 @@ class Retired:
     # passed over because they applied nothing (``passed_over``); None at iteration 0.
     where: dict[str, Any] | None = None
     earlier: Mapping[str, Any] | None = None  # the retire an earlier run of this iteration recorded
+    note: str = ""  # why nothing was retired at iteration > 0
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
-        evidence: dict[str, Any] = {}
+        evidence: dict[str, Any] = {"note": self.note} if self.note else {}
         if self.context_change is not None:
             evidence["manifest_context_update"] = self.context_change
         if self.retired is not None:
@@ -115,7 +116,9 @@ def retire(run: RunState, kube: Kube) -> Retired:
     if out.context_change is not None:
         run.add_evidence(manifest_context_update=out.context_change)  # kept even if the retire fails
     prev = run.previous
-    if prev is None:  # iteration 0, or no earlier iteration applied a DGD
+    if prev is None:
+        if run.settings.iteration > 0:
+            out.note = "no earlier iteration applied a DGD (none of their ledgers records step 5): nothing to retire"
         return out
     out.where = {"ledger": run.rel(prev.ledger_path), "passed_over": [run.rel(p) for p in prev.passed_over]}
     owned = prev.kube_context != kube.context

@@ -100,10 +100,15 @@ def test_an_earlier_run_kept_in_resumes_counts(tmp_path: Path) -> None:
     assert STEPS[4].name == resume.APPLY_STEP
 
 
-def test_nothing_to_retire_when_no_earlier_iteration_applied(tmp_path: Path) -> None:
+def test_nothing_to_retire_when_no_earlier_iteration_applied(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
     write(tmp_path, 0, 2)
     root1 = write(tmp_path, 1, 1)
     assert read_previous(root1, tmp_path, 2) is None
+    run = make_run(tmp_path, iteration=2, previous=None)
+    done = run.record(retire.retire(run, kube))
+    assert done.retired is None and "nothing to retire" in run.evidence["note"]
+    assert run.ledger.data["retired_previous"] is None and [r for r in api.requests if r.method != "GET"] == []
 
 
 def test_an_unreadable_or_nameless_ledger_on_the_way_is_refused(tmp_path: Path) -> None:
