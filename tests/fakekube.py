@@ -204,6 +204,8 @@ class FakeApi:
             return json.dumps({"kind": "APIResourceList", "resources": served}).encode()
         if method == "GET" and where.sub == "log":
             return self.logs.get((where.namespace or "", where.name or ""), "").encode()
+        if method == "PATCH" and content_type == "application/json-patch+json":
+            return json.dumps(self._json_patch(where, body)).encode()
         handler = {"GET": self._get, "PATCH": self._patch, "POST": self._post, "DELETE": self._delete}[method]
         return json.dumps(handler(where, dict(query), body)).encode()
 
@@ -303,6 +305,29 @@ class FakeApi:
             if not any(f.get("manager") == manager and f.get("operation") == "Apply" for f in fields):
                 fields.append({"manager": manager, "operation": "Apply", "apiVersion": body.get("apiVersion")})
         return self._store(where, merged)
+
+    def _json_patch(self, where: _Path, ops: list[Obj]) -> Obj:
+        """RFC 6902 ``test`` and ``remove`` (what the suite sends): a failed test refuses the whole
+        patch (422, as the apiserver answers), nothing changed."""
+        current = self._bucket(where).get((where.namespace or "", where.name or ""))
+        if current is None:
+            raise status(404, "NotFound", f'{where.plural} "{where.name}" not found')
+        patched = copy.deepcopy(current)
+        for op in ops:
+            *parents, last = [int(p) if p.isdigit() else p for p in op["path"].lstrip("/").split("/")]
+            node: Any = patched
+            try:
+                for part in parents:
+                    node = node[part]
+                if op["op"] == "test" and node[last] != op["value"]:
+                    raise KeyError(last)
+                if op["op"] == "remove":
+                    del node[last]
+            except (KeyError, IndexError, TypeError):
+                raise status(422, "Invalid", f"the server rejected our request due to an error in our request: "
+                                             f"testing path {op['path']}") from None
+        patched["metadata"].pop("resourceVersion", None)
+        return self._store(where, patched)
 
     def _post(self, where: _Path, _query: dict[str, Any], body: Any) -> Obj:
         name = body["metadata"]["name"]

@@ -486,6 +486,16 @@ class Kube:
             content_type="application/merge-patch+json"))
         return out
 
+    def patch_json(self, kind: str | Resource, name: str, namespace: str | None, ops: list[Obj]) -> Obj:
+        """A JSON patch (RFC 6902) of one object (``kubectl patch --type=json``): its ``test``
+        operations make the whole patch fail when the object changed meanwhile."""
+        res = self._res(kind)
+        args = ["patch", res.kubectl_name, name, *(["-n", namespace] if namespace else []), "--type=json",
+                "-p", json.dumps(ops)]
+        out: Obj = self._call("mutate", args, f"patch {res.plural}/{name}", lambda: self._request(
+            "PATCH", res.path(namespace, name), body=ops, content_type="application/json-patch+json"))
+        return out
+
     def create(self, doc: Obj, namespace: str | None = None) -> Obj:
         res = self.resource(str(doc.get("apiVersion", "")), str(doc.get("kind", "")))
         ns = (doc.get("metadata") or {}).get("namespace") or namespace if res.namespaced else None

@@ -91,7 +91,8 @@ class Prepared:
                 "assigned DGD SHA-256 recomputed and equal to the handoff before copying",
                 *(["assigned DGD equals the contract's deployment.dgd_path and dgd_sha256"]
                   if self.iteration == 0 else
-                  ["previous deployment ledger read: DGD, context and namespace to retire"]),
+                  ["previous deployment ledgers read: DGD, context and namespace to retire" if self.previous else
+                   "previous deployment ledgers read: no earlier iteration applied a DGD, nothing to retire"]),
                 "every input resolves inside EXP_ROOT",
                 "sources re-hashed after copying: unchanged",
             ],

@@ -14,7 +14,7 @@ from deploy_suite.errors import Forbidden, KubeError, PlatformFault, StepBlocked
 from deploy_suite.judges import conditions
 from deploy_suite.judges.membership import components
 from deploy_suite.model.dgd import Dgd, load_dgd
-from deploy_suite.procedure import evidence, waits
+from deploy_suite.procedure import caches, evidence, waits
 from deploy_suite.procedure.apply import Applied, platform_blocked
 from deploy_suite.procedure.retire import Progress, quiet
 from deploy_suite.procedure.runstate import RunState
@@ -242,12 +242,18 @@ def teardown(kube: Kube, namespace: str, dgd_name: str, failed: Readiness, *, ke
         return {**entry, "action": TeardownAction.KEPT, "at": clock.iso_now(),
                 "reason": f"{failed.state}: not known to be final (fix the dependency or inspect, then rerun; "
                           "the cleanup command is in the ledger)"}
+    try:  # model caches survive the delete: the claims the DGD owns are orphaned first
+        kept = caches.keep_claims_of(kube, namespace, dgd_name)
+    except KubeError as exc:
+        return {**entry, "action": TeardownAction.KEPT, "at": clock.iso_now(),
+                "reason": f"{failed.state}: the model-cache claims it owns could not be kept ({exc}), so it is not "
+                          f"deleted; {caches.fix(namespace, dgd_name)}"}
     try:
         kube.delete(DGD, dgd_name, namespace)
     except KubeError as exc:  # the failure and its evidence stay the story; the cleanup command is in the ledger
         return {**entry, "action": TeardownAction.DELETE_FAILED, "at": clock.iso_now(),
                 "reason": f"{failed.state}: the attempt can never succeed as written, but the delete failed: {exc}"}
-    deleted = {**entry, "action": TeardownAction.DELETED, "at": clock.iso_now(),
+    deleted = {**entry, "action": TeardownAction.DELETED, "at": clock.iso_now(), "kept_claims": kept,
                "reason": f"{failed.state}: the attempt can never succeed as written; deleted to free its GPUs"}
     try:
         kube.wait(waits.dgd_pods_gone(namespace, dgd_name), timeout=pods_gone_s, on_progress=on_progress)

@@ -1,17 +1,19 @@
-"""Step 3: retire the previous iteration's DGD, only if it is the previous iteration's and the
-experiment's own, wait for it and its pods to go, and write ``torn_down_at`` into that ledger."""
+"""Step 3: retire the experiment's last DGD (the ledger that applied it: the previous iteration's,
+or an earlier one when those after it were blocked before applying), only if it is that
+iteration's and the experiment's own; keep the model-cache claims it owns; wait for it and its pods
+to go, and write ``torn_down_at`` into that ledger."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deploy_suite import clock
 from deploy_suite.access.kube import DGD, Kube, Obj
-from deploy_suite.errors import StepBlocked
+from deploy_suite.errors import KubeError, StepBlocked
 from deploy_suite.judges import ownership
-from deploy_suite.procedure import waits
+from deploy_suite.procedure import caches, waits
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.workspace import PreviousDeployment
 from deploy_suite.record import experiment, resume
@@ -37,6 +39,7 @@ class RetireResult:
     action: str = "deleted"
     torn_down_at: str | None = None  # what the retired ledger says now (None: not written by us)
     note: str = ""
+    kept_claims: list[str] = field(default_factory=list)  # claims it owned, orphaned before the delete
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,15 +51,18 @@ class Retired:
 
     context_change: dict[str, Any] | None = None
     retired: RetireResult | None = None
-    ledger_file: str | None = None  # the retired iteration's ledger, EXP_ROOT-relative
+    # Which ledger is retired (``ledger``, EXP_ROOT-relative) and the later iterations' directories
+    # passed over because they applied nothing (``passed_over``); None at iteration 0.
+    where: dict[str, Any] | None = None
     earlier: Mapping[str, Any] | None = None  # the retire an earlier run of this iteration recorded
+    note: str = ""  # why nothing was retired at iteration > 0
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
-        evidence: dict[str, Any] = {}
+        evidence: dict[str, Any] = {"note": self.note} if self.note else {}
         if self.context_change is not None:
             evidence["manifest_context_update"] = self.context_change
         if self.retired is not None:
-            section = {**self.retired.as_dict(), "ledger": self.ledger_file}
+            section = {**self.retired.as_dict(), **(self.where or {})}
             earlier = self.earlier
             if self.retired.action != "deleted" and earlier is not None and earlier.get("existed"):
                 # A rerun keeps the record of the deletion an earlier run of this iteration did.
@@ -66,15 +72,24 @@ class Retired:
         return evidence
 
 
-def retire_previous(kube: Kube, namespace: str, dgd_name: str, timeout: float,
-                    on_progress: Progress = quiet, on_deleted: Callable[[RetireResult], None] | None = None
-                    ) -> RetireResult:
-    """Delete only the previous DGD, by exact name, then wait for it and its pods to be gone
-    (``timeout`` bounds each wait). PVCs, Jobs, namespaces and secrets are kept. ``on_deleted``
-    hears of the deletion before the waits (the run saves it: a rerun must know it deleted). The
-    caller has decided the DGD is the previous iteration's and this experiment's (:func:`retire`)."""
+def retire_previous(kube: Kube, live: Obj, timeout: float, on_progress: Progress = quiet,
+                    on_deleted: Callable[[RetireResult], None] | None = None) -> RetireResult:
+    """Delete only the previous DGD (``live``, as read), by exact name, then wait for it and its pods
+    to be gone (``timeout`` bounds each wait). PVCs, Jobs, namespaces and secrets are kept: first
+    the claims the DGD owns lose that owner reference (:mod:`deploy_suite.procedure.caches`), or
+    nothing is deleted. ``on_deleted`` hears of the deletion before the waits (the run saves it: a
+    rerun must know it deleted). The caller has decided the DGD is the previous iteration's and
+    this experiment's (:func:`retire`)."""
+    meta = live["metadata"]
+    namespace, dgd_name = str(meta["namespace"]), str(meta["name"])
+    try:
+        kept = caches.keep_claims(kube, namespace, str(meta.get("uid")))
+    except KubeError as exc:
+        raise StepBlocked(BlockerClass.PVC, f"the model-cache claims DynamoGraphDeployment {namespace}/{dgd_name} "
+                          f"owns could not be kept before deleting it ({exc}); step 3 refuses to delete it",
+                          caches.fix(namespace, dgd_name)) from exc
     existed = kube.delete(DGD, dgd_name, namespace)
-    result = RetireResult(dgd_name, namespace, kube.context, clock.iso_now(), existed)
+    result = RetireResult(dgd_name, namespace, kube.context, clock.iso_now(), existed, kept_claims=kept)
     if on_deleted is not None:
         on_deleted(result)
     _wait_gone(kube, result, timeout, on_progress)
@@ -89,42 +104,45 @@ def _wait_gone(kube: Kube, result: RetireResult, timeout: float, on_progress: Pr
 
 def retire(run: RunState, kube: Kube) -> Retired:
     """Record the effective context in manifest.yaml (before the first mutation of the run), then
-    retire the previous iteration's DGD in its own context and write ``torn_down_at`` in its ledger
-    once its pods are gone. Idempotent on a rerun: a DGD already gone is recorded, not deleted, and
-    its ledger's ``torn_down_at`` left alone; a live DGD that is this iteration's own (its uid is
-    the one step 5 recorded) is kept. A live DGD is deleted only when both guards agree: its uid is
-    the previous iteration's (``deploy_suite.record.resume``) and it carries the experiment's field manager
+    retire the experiment's last DGD (``run.previous``: the ledger that applied it, passing over the
+    iterations blocked before applying) in its own context and write ``torn_down_at`` in that
+    ledger once its pods are gone; nothing is written in a passed-over ledger. Idempotent on a
+    rerun: a DGD already gone is recorded, not deleted, and its ledger's ``torn_down_at`` left alone;
+    a live DGD that is this iteration's own (its uid is the one step 5 recorded) is kept. A live DGD
+    is deleted only when both guards agree: its uid is the one its ledger recorded
+    (``deploy_suite.record.resume``) and it carries the experiment's field manager
     (``deploy_suite.judges.ownership``); anything else blocks, untouched."""
     out = Retired(experiment.update_manifest_context(run.exp_root, kube.context), earlier=run.carried.retired_previous)
     if out.context_change is not None:
         run.add_evidence(manifest_context_update=out.context_change)  # kept even if the retire fails
     prev = run.previous
     if prev is None:
+        if run.settings.iteration > 0:
+            out.note = "no earlier iteration applied a DGD (none of their ledgers records step 5): nothing to retire"
         return out
-    out.ledger_file = run.rel(prev.ledger_path)
+    out.where = {"ledger": run.rel(prev.ledger_path), "passed_over": [run.rel(p) for p in prev.passed_over]}
     owned = prev.kube_context != kube.context
     prev_kube = Kube(prev.kube_context, run.settings.kubeconfig, on_command=run.record_command,
                      field_manager=kube.field_manager) if owned else kube
     try:
-        out.retired = _retire_checked(run, prev_kube, prev, out.ledger_file)
+        out.retired = _retire_checked(run, prev_kube, prev, out.where)
     finally:
         if owned:
             prev_kube.close()
     return out
 
 
-def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, ledger_file: str) -> RetireResult:
+def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, where: dict[str, Any]) -> RetireResult:
     timeout = run.settings.timeouts.retire_s
     live = kube.get_or_none(DGD, prev.dgd_name, prev.namespace)
     owner = resume.whose(live, run.carried.uid, prev.applied_uid)
-    _refuse_unless_ours(live, owner, ownership.judge(live, prev.dgd_name, prev.namespace, kube.field_manager),
-                        prev, run.settings.iteration - 1)
-    if owner == "previous":
+    _refuse_unless_ours(live, owner, ownership.judge(live, prev.dgd_name, prev.namespace, kube.field_manager), prev)
+    if owner == "previous" and live is not None:
         def deleted(result: RetireResult) -> None:
-            run.ledger.set_section("retired_previous", {**result.as_dict(), "ledger": ledger_file})
+            run.ledger.set_section("retired_previous", {**result.as_dict(), **where})
             run.save()
 
-        result = retire_previous(kube, prev.namespace, prev.dgd_name, timeout, run.progress, deleted)
+        result = retire_previous(kube, live, timeout, run.progress, deleted)
     else:
         action = "own-dgd-live" if owner == "mine" else "already-gone"
         result = RetireResult(prev.dgd_name, prev.namespace, kube.context, "", False, action=action)
@@ -132,8 +150,10 @@ def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, ledger_
             _wait_gone(kube, result, timeout, run.progress)  # its pods may still be terminating
     earlier = run.carried.retired_previous or {}
     # torn_down_at when the pods are gone, written once: by this run's deletion, or by the rerun of
-    # one that deleted and was killed before it could write it (its record was saved at the delete).
-    ours = owner == "previous" or (owner is None and earlier.get("existed") and not earlier.get("pods_gone_at"))
+    # one that deleted and was killed before it could write it (its record was saved at the delete),
+    # this iteration's or a passed-over one's (deploy_suite/procedure/workspace.py).
+    unfinished = (earlier.get("existed") and not earlier.get("pods_gone_at")) or prev.deletion_unfinished
+    ours = owner == "previous" or (owner is None and unfinished)
     if ours and prev.torn_down_at is None and result.pods_gone_at:
         write_torn_down_at(prev.ledger_path, result.pods_gone_at)
         result.torn_down_at = result.pods_gone_at
@@ -144,14 +164,14 @@ def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, ledger_
 
 
 def _refuse_unless_ours(live: Obj | None, owner: resume.Whose | None, found: ownership.Ownership,
-                       prev: PreviousDeployment, previous_iteration: int) -> None:
+                       prev: PreviousDeployment) -> None:
     """Both guards of step 3, one message: the uid identity (README "Resume") and the field
     manager (README "Ownership"). A live DGD is deleted only when it passes both; this iteration's
     own is never deleted, so only the uid decides it is kept (step 5 re-checks its field manager)."""
     reasons = []
     if owner == "unknown":
         uid = ((live or {}).get("metadata") or {}).get("uid")
-        reasons.append(f"it has uid {uid}, neither iteration {previous_iteration}'s ({prev.applied_uid}, its "
+        reasons.append(f"it has uid {uid}, neither iteration {prev.iteration}'s ({prev.applied_uid}, its "
                        "ledger) nor this iteration's")
     if owner != "mine" and found.foreign:
         managers = ", ".join(found.managers) or "none"

@@ -23,7 +23,7 @@ from deploy_suite.model.files import FileRef, display, inside_exp_root, rel, sha
 from deploy_suite.model.workload import is_int
 from deploy_suite.procedure.settings import Settings, deploy_id
 from deploy_suite.record import ledger as ledger_mod
-from deploy_suite.record.resume import recorded_uid
+from deploy_suite.record.resume import may_have_applied, recorded_uid
 
 STABLE_NAMES = {
     "deploy": "deploy.yaml",
@@ -67,7 +67,8 @@ class Resume:
 
 @dataclass(frozen=True)
 class PreviousDeployment:
-    """What the previous iteration's ledger says must be retired (iteration > 0)."""
+    """What step 3 retires (iteration > 0): the experiment's last DGD as the ledgers record it, from
+    the ledger of the iteration that applied it (docs/procedure.md, "The chain of iterations")."""
 
     root: Path
     ledger_path: Path
@@ -78,6 +79,12 @@ class PreviousDeployment:
     status: str | None
     applied_uid: str | None = None  # metadata.uid its step 5 recorded (None: an older ledger)
     torn_down_at: str | None = None
+    # The directories of the iterations after it that applied nothing (blocked before step 5),
+    # newest first: --prev-deploy-root is the first when it is one of them. Never written to.
+    passed_over: tuple[Path, ...] = ()
+    # A passed-over iteration's step 3 deleted this DGD and was stopped before its pods were gone:
+    # its torn_down_at is still to write, at pods gone (deploy_suite/procedure/retire.py).
+    deletion_unfinished: bool = False
 
     def record(self, exp_root: Path) -> dict[str, Any]:
         return {
@@ -88,11 +95,24 @@ class PreviousDeployment:
             "kube_context": self.kube_context,
             "namespace": self.namespace,
             "status": self.status,
+            "passed_over": [rel(p, exp_root) for p in self.passed_over],
         }
 
 
-def read_previous(prev_root: Path, exp_root: Path, iteration: int) -> PreviousDeployment:
-    """What iteration ``iteration - 1`` deployed, from its ledger; refused unless it names its DGD."""
+def _read_ledger(path: Path, exp_root: Path, iteration: int) -> dict[str, Any]:
+    try:
+        return ledger_mod.read(path)
+    except (LedgerError, OSError) as exc:
+        raise InputError(f"--prev-deploy-root ledger {display(path, exp_root)}", str(exc),
+                         f"restore the ledger of iteration {iteration} (the chain of iterations is read from "
+                         "it), or pass a deployment root whose ledger this suite wrote") from exc
+
+
+def read_previous(prev_root: Path, exp_root: Path, iteration: int) -> PreviousDeployment | None:
+    """What step 3 of iteration ``iteration`` retires: the DGD of the last earlier iteration that
+    may have applied one (``deploy_suite.record.resume.may_have_applied``), starting at
+    ``--prev-deploy-root`` (iteration ``iteration - 1``) and going back over the iterations that were
+    blocked before step 5; None when none applied a DGD. Refused unless that ledger names its DGD."""
     name = "--prev-deploy-root"
     expected = f"<EXP_ROOT>/artifacts/{deploy_id(iteration - 1)}"
     real = inside_exp_root(prev_root, exp_root, name)
@@ -107,28 +127,58 @@ def read_previous(prev_root: Path, exp_root: Path, iteration: int) -> PreviousDe
         data = ledger_mod.read(ledger_path)
     except (LedgerError, OSError) as exc:
         raise InputError(f"{name} ledger", str(exc), "pass a deployment root whose ledger this suite wrote") from exc
-    values: dict[str, str] = {}
-    for key in ("dgd_name", "kube_context", "namespace"):
-        value = data.get(key)
-        if not isinstance(value, str) or not value:
-            raise InputError(f"{name} ledger field {key}", "missing or empty, so the previous DGD cannot be retired",
-                             f"pass the deployment root of iteration {iteration - 1} (a ledger that names its DGD)")
-        values[key] = value
     prev_iteration = data.get("iteration")
     if is_int(prev_iteration) and prev_iteration != iteration - 1:
         raise InputError(f"{name} ledger field iteration", f"is {prev_iteration}, iteration {iteration} follows "
                          f"iteration {iteration - 1}", f"pass {expected}")
-    status = data.get("status")
+    root, back = real, iteration - 1
+    passed: list[tuple[Path, Mapping[str, Any]]] = []
+    found: dict[str, Any] | None = data
+    while found is None or not may_have_applied(found):
+        if found is not None:
+            passed.append((root, found))
+        back -= 1
+        if back < 0:
+            return None
+        root = Path(os.path.realpath(exp_root)) / "artifacts" / deploy_id(back)
+        path = root / ledger_mod.LEDGER_NAME
+        found = _read_ledger(path, exp_root, back) if path.is_file() else None  # no ledger: no run got to step 5
+    return _applied_by(root, found, exp_root, back, passed)
+
+
+def _applied_by(root: Path, data: Mapping[str, Any], exp_root: Path, iteration: int,
+                passed: list[tuple[Path, Mapping[str, Any]]]) -> PreviousDeployment:
+    """The retire target from the ledger that applied it; ``passed``: the later directories and
+    their ledgers (each applied nothing)."""
+    values: dict[str, str] = {}
+    for key in ("dgd_name", "kube_context", "namespace"):
+        value = data.get(key)
+        if not isinstance(value, str) or not value:
+            raise InputError(f"--prev-deploy-root ledger field {key}",
+                             f"missing or empty in the ledger of iteration {iteration} (the last to apply a DGD), "
+                             "so its DGD cannot be retired",
+                             f"restore <EXP_ROOT>/artifacts/{deploy_id(iteration)}/{ledger_mod.LEDGER_NAME} "
+                             "as the suite wrote it")
+        values[key] = value
+    ledger_path = root / ledger_mod.LEDGER_NAME
+    own = rel(ledger_path, exp_root)
+    # A passed-over step 3 may have deleted it (its record names this ledger) and been stopped.
+    records = [later.get("retired_previous") for _, later in passed]
+    unfinished = any(isinstance(r, Mapping) and r.get("ledger") == own and r.get("existed")
+                     and not r.get("pods_gone_at") for r in records)
+    status, torn = data.get("status"), data.get("torn_down_at")
     return PreviousDeployment(
-        root=real,
+        root=root,
         ledger_path=ledger_path,
-        iteration=prev_iteration if is_int(prev_iteration) else None,
+        iteration=iteration,
         dgd_name=values["dgd_name"],
         kube_context=values["kube_context"],
         namespace=values["namespace"],
         status=status if isinstance(status, str) else None,
         applied_uid=recorded_uid(data),
-        torn_down_at=data.get("torn_down_at") if isinstance(data.get("torn_down_at"), str) else None,
+        torn_down_at=torn if isinstance(torn, str) else None,
+        passed_over=tuple(p for p, _ in passed),
+        deletion_unfinished=unfinished,
     )
 
 

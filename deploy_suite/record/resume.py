@@ -7,8 +7,10 @@ A rerun of iteration N (same candidate, same directory) must be idempotent at ev
   ``metadata.uid`` as the apiserver returned them. A uid is never reused, so a live DGD whose uid
   is this iteration's ``applied_dgd.uid`` is iteration N's own (step 3 must not delete it, step 2
   must not count its pods as another tenant's), and one whose uid is the previous ledger's
-  ``applied_dgd.uid`` is iteration N-1's. A previous ledger without ``applied_dgd`` (written by an
-  older suite) is trusted by name, as before.
+  ``applied_dgd.uid`` is the previous iteration's. A previous ledger without ``applied_dgd`` (written by an
+  older suite) is trusted by name, as before. "Previous" is the last iteration whose run may have
+  applied a DGD (:func:`may_have_applied`): one blocked before step 5 created nothing, so step 3 of
+  the next retires the DGD of the iteration before it.
 * ``allocations``: one ``{allocated_at, released_at}`` interval per time the DGD held GPUs. Step 6
   opens one when the first GPU pod is bound and none is open; a re-apply after a teardown closes
   the open one at the recorded ``torn_down_at``. ``allocated_at`` stays the first start (the name
@@ -25,6 +27,7 @@ from typing import Any, Literal
 
 from deploy_suite import clock
 from deploy_suite.record.ledger import Ledger
+from deploy_suite.vocab import StepOutcome
 
 Whose = Literal["mine", "previous", "unknown"]
 
@@ -44,6 +47,25 @@ def recorded_uid(data: Mapping[str, Any] | None) -> str | None:
     applied = (data or {}).get("applied_dgd")
     uid = applied.get("uid") if isinstance(applied, Mapping) else None
     return uid if isinstance(uid, str) and uid else None
+
+
+# The ledger's name of step 5, the step that creates a DGD (deploy_suite/procedure/runstate.py STEPS).
+APPLY_STEP = "step5_apply"
+
+
+def may_have_applied(data: Mapping[str, Any]) -> bool:
+    """Whether a run of this ledger's directory may have created its DGD: step 5 recorded its
+    apply (``applied_dgd``), or it started step 5 (a ledger older than ``applied_dgd``, or a run
+    killed between its apply and the record), now or in an earlier run kept in ``resumes``. A run
+    that stopped before step 5 created nothing: the experiment's live DGD is an earlier iteration's.
+    Only a ledger that records its steps says so; one without them is trusted as before (applied)."""
+    if isinstance(data.get("applied_dgd"), Mapping) or not isinstance(data.get("steps"), list):
+        return True
+    runs = [data.get("steps"), *((r or {}).get("previous_steps") for r in data.get("resumes") or []
+                                 if isinstance(r, Mapping))]
+    # A skipped step carries times too (when it was skipped): it never ran.
+    return any(isinstance(s, Mapping) and s.get("name") == APPLY_STEP and s.get("started_at")
+               and s.get("outcome") != StepOutcome.SKIPPED for steps in runs if isinstance(steps, list) for s in steps)
 
 
 def whose(live: Mapping[str, Any] | None, own_uid: str | None, previous_uid: str | None) -> Whose | None:

@@ -6,7 +6,11 @@
   (the audit log, picked out by the rerun's user agent) and leaves iteration 0's ``torn_down_at``
   as the first run wrote it;
 * a rerun on a cluster with exactly enough GPUs for one copy of the DGD (another tenant holds every
-  other GPU the DGD could use) passes step 2: its own pods are not another tenant's.
+  other GPU the DGD could use) passes step 2: its own pods are not another tenant's;
+* the chain of iterations: 0 ready, 1 blocked in step 2, 2 (previous root = 1, same DGD name)
+  ready: step 3 of iteration 2 retires iteration 0's DGD, writes ``torn_down_at`` into iteration
+  0's ledger and leaves iteration 1's byte-identical; the claim iteration 0's DGD asked the operator
+  to create (``pvcs[].create: true``, owned by the DGD as every operator generation does) survives.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from typing import Any
 import pytest
 
 from deploy_suite.access.kube import DGD, Obj
-from deploy_suite.fixtures.experiments.make_experiment import stage_candidate
+from deploy_suite.fixtures.experiments.make_experiment import SAMPLE_ROOT, Experiment, stage_candidate
 from deploy_suite.judges import conditions
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.plugins.ledger import KILL_ENV
+from deploy_suite.record import ledger
 from tests import support
 from tests.e2e.test_deploy_offline import hold_gpus
 from tests.support import SuiteRun, Target
@@ -121,3 +126,78 @@ def test_a_rerun_on_a_cluster_with_gpus_for_exactly_one_copy_passes_step_2(targe
     assert led["capacity"]["capacity"] == "sufficient", led["capacity"]
     assert led["capacity"]["excluded_dgds"] == [f"{target.namespace}/{SAMPLE_DGD}"]
     assert dgd_deletes(events) == [] and uid_of(target) == uid
+
+
+# ------------------------------------------------------------------ the chain of iterations
+
+OWNED_CACHE = "e2e-owned-cache"
+# The sample's DGD with its model cache created by the operator (no support manifests needed).
+OWNED_PVC = f"""  pvcs:
+    - name: {OWNED_CACHE}
+      create: true
+      storageClass: standard
+      size: 1Gi
+      volumeAccessMode: ReadWriteOnce
+"""
+
+
+def owned_cache_dgd(dest: Path) -> Path:
+    text = (SAMPLE_ROOT / "inputs" / "user_provided_dgd.yaml").read_text(encoding="utf-8")
+    text = text.replace("  pvcs:\n    - name: model-cache\n      create: false\n", OWNED_PVC)
+    text = text.replace("- name: model-cache\n", f"- name: {OWNED_CACHE}\n")
+    assert OWNED_CACHE in text and "model-cache" not in text
+    dest.write_text(text, encoding="utf-8")
+    return dest
+
+
+def stage(exp: Experiment, iteration: int, draft: str) -> Path:
+    """Iteration ``iteration``'s candidate (``draft``) and handoff, previous root = iteration - 1."""
+    source = exp.exp_root / "candidates" / f"iter-{iteration:03d}"
+    source.mkdir(parents=True, exist_ok=True)
+    (source / "deploy-draft.yaml").write_text(draft, encoding="utf-8")
+    prev = f"artifacts/deploy-iter-{iteration - 1:03d}"
+    (source / f"handoff-iter-{iteration:03d}.template.yaml").write_text(
+        f"iteration: {iteration}\nprovenance: hypothesis-challenger\nreview_id: \"${{REVIEW_ID}}\"\nexp_root: .\n"
+        "workload: user_workload.yaml\nworkload_sha256: \"${WORKLOAD_SHA256}\"\n"
+        f"dgd: {prev}/next-candidate/deploy-draft.yaml\ndgd_sha256: \"${{DGD_SHA256}}\"\n"
+        f"prev_deploy_root: {prev}\nstorage_class: standard\n", encoding="utf-8")
+    return stage_candidate(exp.exp_root, iteration)
+
+
+def test_a_blocked_iteration_is_passed_over_and_the_operator_made_cache_survives(target: Target) -> None:
+    exp = target.experiment(owned_cache_dgd(target.tmp / "owned-cache-dgd.yaml"), support={})
+    baseline = (exp.exp_root / "inputs" / "user_provided_dgd.yaml").read_text(encoding="utf-8")
+    first = target.run(exp)
+    assert first.returncode == 0, first.output[-4000:]
+    uid0 = uid_of(target)
+    cache = target.kube.get("PersistentVolumeClaim", OWNED_CACHE, target.namespace)
+    assert [o["uid"] for o in cache["metadata"]["ownerReferences"]] == [uid0]  # the replica owns it
+
+    blocked = target.run(exp, iteration=1, handoff=stage(exp, 1, baseline.replace(
+        "envFromSecret: hf-token-secret", "envFromSecret: hf-token-absent")))
+    led1 = blocked.ledger()
+    assert led1["status"] == "blocked" and led1["blockers"][-1]["class"] == "secret", led1["blockers"]
+    assert support.step(led1, "step2_validate")["outcome"] == "blocked" and led1["applied_dgd"] is None
+    ledger0, ledger1 = first.ledger_path, blocked.ledger_path
+    before0, bytes1 = support.read_ledger(ledger0), ledger1.read_bytes()
+
+    second = target.run(exp, iteration=2, handoff=stage(exp, 2, baseline.replace(
+        "--served-model-name Qwen/Qwen3-0.6B", "--served-model-name Qwen/Qwen3-0.6B --max-num-seqs 32")))
+    assert second.returncode == 0, second.output[-4000:]
+    led2 = second.ledger()
+    retired = led2["retired_previous"]
+    assert (retired["action"], retired["dgd"], retired["ledger"], retired["passed_over"]) == (
+        "deleted", SAMPLE_DGD, f"artifacts/deploy-iter-000/{ledger.LEDGER_NAME}", ["artifacts/deploy-iter-001"])
+    assert (led2["previous_deployment"]["iteration"], led2["previous_deployment"]["passed_over"]) == (
+        0, ["artifacts/deploy-iter-001"])
+    # torn_down_at into iteration 0's ledger, nothing else changed there; iteration 1's untouched.
+    after0 = support.read_ledger(ledger0)
+    assert retired["torn_down_at"] and after0 == {**before0, "torn_down_at": retired["torn_down_at"]}
+    assert ledger1.read_bytes() == bytes1
+    # The model cache: the same claim (never deleted, so not re-created by iteration 2's operator
+    # reconcile), no longer owned by the retired DGD nor by the new one.
+    kept = target.kube.get("PersistentVolumeClaim", OWNED_CACHE, target.namespace)
+    assert kept["metadata"]["uid"] == cache["metadata"]["uid"] and "deletionTimestamp" not in kept["metadata"]
+    assert kept["metadata"].get("ownerReferences") in (None, [])
+    assert retired["kept_claims"] == [OWNED_CACHE]
+    assert uid_of(target) == led2["applied_dgd"]["uid"] != uid0

@@ -172,7 +172,7 @@ def test_iteration1_reads_the_previous_ledger(exp: Experiment):
     assert prepared.previous.record(prepared.exp_root) == {
         "root": "artifacts/deploy-iter-000", "ledger": "artifacts/deploy-iter-000/deployment_ledger.json",
         "iteration": 0, "dgd_name": "demo-agg", "kube_context": "offline-demo", "namespace": "dynamo-demo",
-        "status": "ready",
+        "status": "ready", "passed_over": [],
     }
     assert "--max-num-seqs 64" in (prepared.deploy_root / "applied_manifests/deploy.yaml").read_text()
 

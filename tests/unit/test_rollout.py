@@ -138,10 +138,11 @@ def test_retire_deletes_only_the_previous_dgd_and_waits_for_it_and_its_pods(fake
     retired = run.record(retire.retire(run, kube))
     result = retired.retired
     assert result is not None and result.existed and result.pods_gone_at
-    assert [r.method for r in api.requests if r.method != "WATCH"] == ["GET", "DELETE", "GET", "GET"]
+    assert [r.method for r in api.requests if r.method != "WATCH"] == ["GET", "GET", "DELETE", "GET", "GET"]
     assert api.of("DELETE")[0].path == f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/demo"
     assert [r.command.split(" --context fake-ctx ")[1] for r in records] == [
         f"get dynamographdeployments.nvidia.com demo -n {NS} -o json",  # whose it is, before the delete
+        f"get persistentvolumeclaims -n {NS} -o json",  # the claims it owns, kept before the delete
         f"delete dynamographdeployments.nvidia.com demo -n {NS} --wait=false --cascade=background",
         f"get dynamographdeployments.nvidia.com demo -n {NS} --watch",
         f"get pods -n {NS} -l nvidia.com/dynamo-graph-deployment-name=demo --watch"]
@@ -153,9 +154,11 @@ def test_retire_deletes_only_the_previous_dgd_and_waits_for_it_and_its_pods(fake
     # torn_down_at is when the GPUs were freed: the pods gone, not the delete request.
     assert old == {"status": "ready", "torn_down_at": result.pods_gone_at, "dgd_name": "demo", "keep": [1, 2]}
     section = run.ledger.data["retired_previous"]
-    assert section == {**result.as_dict(), "ledger": "artifacts/deploy-iter-000/deployment_ledger.json"}
+    assert section == {**result.as_dict(), "ledger": "artifacts/deploy-iter-000/deployment_ledger.json",
+                       "passed_over": []}
     assert set(section) == {"dgd", "namespace", "kube_context", "deleted_at", "existed", "pods_gone_at", "ledger",
-                            "action", "torn_down_at", "note"}
+                            "action", "torn_down_at", "note", "kept_claims", "passed_over"}
+    assert result.kept_claims == []
     assert result.action == "deleted" and result.torn_down_at == result.pods_gone_at
     assert run.evidence == result.as_dict()
 

@@ -27,7 +27,14 @@ from deploy_suite.model.dgd import Component
 from deploy_suite.offline import dynamo_env
 from deploy_suite.offline.errors import ReconcileError
 from deploy_suite.offline.operator_sim import components, faultswitch, grove, multinode, profiles
-from deploy_suite.offline.operator_sim.plan import Plan, build_plan, child_name, deployment_readiness, is_alpha
+from deploy_suite.offline.operator_sim.plan import (
+    Plan,
+    build_plan,
+    child_name,
+    deployment_readiness,
+    is_alpha,
+    owner_reference,
+)
 from deploy_suite.offline.operator_sim.serving import Servings
 
 DGD_BETA = Resource(DGD_GROUP, "v1beta1", DGD_PLURAL, True, DGD_KIND)
@@ -229,13 +236,15 @@ class OperatorSim:
 
     # ------------------------------------------------------------------ children
     def _check_pvcs(self, obj: Obj, plan: Plan) -> None:
-        """Top-level PVCs must exist (create: false) or are created (create: true), as reconcilePVCs does."""
+        """Top-level PVCs must exist (create: false) or are created (create: true), as reconcilePVCs
+        does: a created one has the DGD as controller owner (every generation), set at creation only."""
         for pvc in plan.model.pvcs:
             if pvc.create:
                 if self.kube.get_or_none("PersistentVolumeClaim", pvc.name, plan.namespace) is None:
                     self.kube.apply({
                         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                        "metadata": {"name": pvc.name, "namespace": plan.namespace},
+                        "metadata": {"name": pvc.name, "namespace": plan.namespace,
+                                     "ownerReferences": [owner_reference(obj)]},
                         "spec": {"accessModes": [pvc.access_mode or "ReadWriteOnce"],
                                  **({"storageClassName": pvc.storage_class} if pvc.storage_class else {}),
                                  "resources": {"requests": {"storage": pvc.size or "1Gi"}}}})

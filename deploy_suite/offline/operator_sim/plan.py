@@ -257,6 +257,13 @@ def _frontend_service(model: Dgd, c: Component, namespace: str, owner: Obj, dyn_
     }
 
 
+def owner_reference(obj: Obj) -> Obj:
+    """The DGD as controller owner of a child (controllerutil.SetControllerReference)."""
+    meta = obj["metadata"]
+    return {"apiVersion": obj.get("apiVersion", V1BETA1), "kind": DGD_KIND, "name": meta["name"],
+            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
 def build_plan(obj: Obj) -> Plan:
     """The children a DGD object asks for; raises ReconcileError for what the operator rejects."""
     meta = obj["metadata"]
@@ -270,8 +277,7 @@ def build_plan(obj: Obj) -> Plan:
     raw_by_name: dict[str, Obj] = (
         {str(k): v or {} for k, v in (spec.get("services") or {}).items()} if alpha
         else {str(c.get("name")): c for c in spec.get("components") or []})
-    owner = {"apiVersion": obj.get("apiVersion", V1BETA1), "kind": DGD_KIND, "name": name,
-             "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+    owner = owner_reference(obj)
     dyn_ns = dynamo_namespace(namespace, name)
     deployments: dict[str, Obj] = {}
     services: list[Obj] = []
