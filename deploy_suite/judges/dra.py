@@ -158,10 +158,14 @@ def judge(components: Mapping[str, tuple[DraClaim, ...]], may_use: Mapping[str, 
           view: DraView | None) -> DraVerdict:
     """Every component's claims against the cluster's DeviceClasses and ResourceSlices;
     ``may_use`` is, per component, the nodes its pods may use (selectors, affinity, taints)."""
-    judged = _Judge(view if view is not None else DraView(unread={"DeviceClasses": "not read"}))
+    judged = _Judge(view if view is not None else DraView())
     for component, claims in components.items():
         for claim in claims:
-            judged.claim(component, claim, may_use.get(component, ()))
+            if view is None:
+                judged.out.gpu_unknown.append(f"component {component}'s DRA claim {claim}: the cluster's DRA "
+                                              "objects were not read (GPU count unknown)")
+            else:
+                judged.claim(component, claim, may_use.get(component, ()))
     return judged.out
 
 

@@ -51,6 +51,8 @@ class _Offer:
             self.components.setdefault(grp.sig, set()).update(pb.demands[d].component for d in grp.demands)
         self._may: dict[int, list[int]] = {}
         self.short: set[str] = set()
+        # (resource, per pod, nodes the pods may use) -> components none of those nodes can ever serve
+        self.none: dict[tuple[str, float, tuple[int, ...]], set[str]] = {}
 
     def may_use(self, s: int) -> list[int]:
         if s not in self._may:
@@ -77,7 +79,7 @@ class _Offer:
         comps = sorted(self.components[s])
         who = f"component(s) {', '.join(comps)}"
         may, eligible, pods = self.may_use(s), self.eligible(s), self.pods[s]
-        before = len(self.out.never)
+        short = False
         for name, amount in self.pb.sig_requests[s]:
             asked = show_quantity(amount, name)
             offering = [i for i in may if self.pb.nodes[i].offers(name) + EPSILON >= amount]
@@ -88,23 +90,32 @@ class _Offer:
             if not may:
                 continue  # selectors or taints keep every node out: the GPU check says why
             if not offering:
-                self.out.never.append(f"{name}: {who} ask {asked} per pod; none of the {len(may)} node(s) they may "
-                                      f"use offers that much ({self.allocatable(may, name)})")
+                self.none.setdefault((name, amount, tuple(may)), set()).update(comps)
+                short = True
             elif eligible and most < pods:
                 self.out.never.append(f"{name}: {who} need {pods} pod(s) of {asked} each; the {len(eligible)} node(s) "
                                       f"that can take them hold at most {most} even when empty "
                                       f"({self.allocatable(eligible, name)})")
-            else:
-                continue
-            self.short.add(name)
+                self.short.add(name)
+                short = True
         _, r, gpus = self.pb.sig_keys[s]
         gpu_offered = any(self.pb.nodes[i].total[r] >= gpus for i in may)
-        if may and not eligible and len(self.out.never) == before and gpu_offered:
+        if may and not eligible and not short and gpu_offered:
             parts = [f"{show_quantity(a, n)} {n}" for n, a in self.pb.sig_requests[s]]
             if gpus:
                 parts.insert(0, f"{gpus} {self.pb.resources[r]}")
             self.out.never.append(f"{who} ask {', '.join(parts)} per pod; each is offered by some of the {len(may)} "
                                   "node(s) they may use, but none offers all of it at once")
+
+    def never_served(self) -> None:
+        """One line per resource and amount that none of the nodes some components may use offers."""
+        lines = []
+        for (name, amount, may), comps in self.none.items():
+            self.short.add(name)
+            lines.append(f"{name}: component(s) {', '.join(sorted(comps))} ask {show_quantity(amount, name)} per pod; "
+                         f"none of the {len(may)} node(s) they may use offers that much "
+                         f"({self.allocatable(may, name)})")
+        self.out.never[:0] = sorted(lines)
 
     def totals(self) -> None:
         """Per resource, every pod asking it against all the nodes that can take any of them."""
@@ -145,6 +156,7 @@ def judge(pb: Problem, pods: Sequence[int], view: dra_mod.DraView | None = None)
     for s, asks in enumerate(pb.sig_requests):
         if asks:
             offer.signature(s)
+    offer.never_served()
     offer.totals()
     offer.claims(view)
     if pb.others:

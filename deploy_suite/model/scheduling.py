@@ -411,8 +411,8 @@ def is_gpu_resource(name: str) -> bool:
     return bool(domain) and short == "gpu"
 
 
-def gpu_resources(pod_spec: Mapping[str, Any]) -> list[str]:
-    """The GPU resource names the pod's containers ask for (requests or limits), sorted."""
+def resource_names(pod_spec: Mapping[str, Any]) -> set[str]:
+    """Every resource the pod's containers name, in requests or limits."""
     names: set[str] = set()
     for key in ("initContainers", "containers"):
         for c in pod_spec.get(key) or []:
@@ -420,8 +420,13 @@ def gpu_resources(pod_spec: Mapping[str, Any]) -> list[str]:
             for part in ("requests", "limits"):
                 values = resources.get(part) if isinstance(resources, dict) else None
                 if isinstance(values, dict):
-                    names.update(str(k) for k in values if is_gpu_resource(str(k)))
-    return sorted(names)
+                    names.update(str(k) for k in values)
+    return names
+
+
+def gpu_resources(pod_spec: Mapping[str, Any]) -> list[str]:
+    """The GPU resource names the pod's containers ask for (requests or limits), sorted."""
+    return sorted(n for n in resource_names(pod_spec) if is_gpu_resource(n))
 
 
 def pod_gpu_total(pod_spec: Mapping[str, Any]) -> int:
@@ -513,12 +518,4 @@ def pod_request(pod_spec: Mapping[str, Any], resource: str) -> float:
 def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, float]:
     """Every resource the pod's containers name (requests or limits) with the pod's effective
     request of it (:func:`pod_request`); resources it asks none of are left out."""
-    names: set[str] = set()
-    for key in ("initContainers", "containers"):
-        for c in pod_spec.get(key) or []:
-            res = c.get("resources") if isinstance(c, dict) else None
-            for part in ("requests", "limits"):
-                values = res.get(part) if isinstance(res, dict) else None
-                if isinstance(values, dict):
-                    names.update(str(k) for k in values)
-    return {name: amount for name in sorted(names) if (amount := pod_request(pod_spec, name)) > 0}
+    return {name: amount for name in sorted(resource_names(pod_spec)) if (amount := pod_request(pod_spec, name)) > 0}
