@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from deploy_suite.constants import Obj
 from deploy_suite.judges import dra as dra_mod
-from deploy_suite.judges.placement import Problem, filter_reason
+from deploy_suite.judges.placement import Problem
 from deploy_suite.model.scheduling import DraClaim, show_quantity
 
 NAMED = 3  # nodes named per allocatable value
@@ -55,9 +55,9 @@ class _Offer:
         self.none: dict[tuple[str, float, tuple[int, ...]], set[str]] = {}
 
     def may_use(self, s: int) -> list[int]:
+        """The nodes the pods of signature ``s`` may use (placement's filters), whatever they offer."""
         if s not in self._may:
-            sched = self.pb.sig_keys[s][0]
-            self._may[s] = [i for i, node in enumerate(self.pb.nodes) if filter_reason(node, sched) is None]
+            self._may[s] = [i for i, bits in enumerate(self.pb.usable) if bits >> s & 1]
         return self._may[s]
 
     def eligible(self, s: int) -> list[int]:

@@ -13,6 +13,7 @@ interchangeable nodes. The scheduler simulation and the exact search in
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -100,7 +101,7 @@ def _parse_nodes(raw_nodes: Sequence[Mapping[str, Any]], resources: list[str], o
         other = {}
         for r in others:
             value = alloc.get(r) if r in alloc else cap.get(r)
-            other[r] = (quantity(value) or 0.0) if value is not None else 0.0
+            other[r] = _offered(str(value)) if value is not None else 0.0
         nodes.append(
             Node(
                 name,
@@ -114,6 +115,12 @@ def _parse_nodes(raw_nodes: Sequence[Mapping[str, Any]], resources: list[str], o
         )
     nodes.sort(key=lambda n: n.name)  # index order = name order: ties resolve by name everywhere
     return nodes
+
+
+@functools.lru_cache(maxsize=1024)
+def _offered(value: str) -> float:
+    """An allocatable quantity; nodes of a pool share their strings, so each is parsed once."""
+    return quantity(value) or 0.0
 
 
 def slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -249,15 +256,20 @@ class Problem:
                 self.sig_keys.append((grp.scheduling.node_filter(), grp.resource, grp.gpus))
                 self.sig_requests.append(grp.requests)
             grp.sig = sigs[skey]
-        self.exclusion: list[list[str | None]] = [
-            [filter_reason(n, sched) or _short(n, self.resources[r], r, g, asks) for n in self.nodes]
-            for (sched, r, g), asks in zip(self.sig_keys, self.sig_requests, strict=True)
-        ]
-        self.mask = [0] * len(self.nodes)
-        for s, excl in enumerate(self.exclusion):
-            for i, why in enumerate(excl):
+        self.exclusion: list[list[str | None]] = []
+        self.mask = [0] * len(self.nodes)  # bit s: the node can take a pod of signature s
+        self.usable = [0] * len(self.nodes)  # bit s: its pods may use the node, whatever it offers
+        for s, ((sched, r, g), asks) in enumerate(zip(self.sig_keys, self.sig_requests, strict=True)):
+            excl: list[str | None] = []
+            for i, node in enumerate(self.nodes):
+                why = filter_reason(node, sched)
                 if why is None:
-                    self.mask[i] |= 1 << s
+                    self.usable[i] |= 1 << s
+                    why = _short(node, self.resources[r], r, g, asks)
+                    if why is None:
+                        self.mask[i] |= 1 << s
+                excl.append(why)
+            self.exclusion.append(excl)
 
     def _selects(self, term_id: int, namespace: str | None, labels: Mapping[str, str]) -> bool:
         term, owner_ns = self.terms[term_id]

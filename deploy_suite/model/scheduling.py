@@ -1,7 +1,8 @@
 """Kubernetes scheduling primitives: where a pod may run and how many GPUs it holds.
 
-Node selectors, required node affinity, tolerations and taints, required pod (anti-)affinity and
-extended-resource counts, with Kubernetes' own matching semantics. Pure data read from plain
+Node selectors, required node affinity, tolerations and taints, required pod (anti-)affinity,
+extended-resource counts, every resource's effective request and the DRA claims a pod names, with
+Kubernetes' own matching semantics. Pure data read from plain
 PodSpec dicts: the DGD model (``deploy_suite.model.dgd``) reads its components' constraints with these,
 the capacity engine (``deploy_suite.judges.capacity``) places pods with them, and triage explains a
 pending pod with them. Wrong field types raise :class:`InputError` naming the field; a valid

@@ -5,7 +5,8 @@ Checks run in the order of ``README.md`` (step 2), pinned to the workload's cont
 patches of the run-scoped copies, a server-side dry-run of every document, secrets (by name,
 metadata only), PVCs, storage classes, image tags (what the manifests name:
 ``deploy_suite.model.references``), the workload's policy (``resources.pinned``,
-``resources.gpu_ceiling``), GPU capacity, the GPU SKU (``deploy_suite.judges.sku``), the ownership of the
+``resources.gpu_ceiling``), capacity over every resource the pods ask for
+(``deploy_suite.procedure.capacity``), the GPU SKU (``deploy_suite.judges.sku``), the ownership of the
 DGDs steps 3 and 5 would touch (``deploy_suite.judges.ownership``) and, last, the experiment's budgets
 (``deploy_suite.record.budget``). Every failed gate becomes a blocker; ``Forbidden`` on an advisory
 cluster-scope read becomes a run limitation. Nothing here creates, updates or deletes a cluster
