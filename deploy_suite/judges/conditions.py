@@ -10,7 +10,7 @@ state has lasted) is the step's: :mod:`deploy_suite.procedure.waits`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NoReturn
@@ -20,6 +20,8 @@ from deploy_suite.constants import Obj
 from deploy_suite.errors import StepBlocked, StepFailure
 from deploy_suite.judges import objects as triage_objects
 from deploy_suite.judges import operator_status, triage
+from deploy_suite.judges.membership import pod_ready as pod_ready  # re-exported: the pod fact the waits read
+from deploy_suite.judges.membership import ready_by_component
 from deploy_suite.model.scheduling import pod_gpu_total
 from deploy_suite.vocab import Action, BlockerClass, FailureCategory, TriageCategory
 
@@ -32,12 +34,6 @@ BELOW_DGD = frozenset({"DynamoComponentDeployment", "Deployment", "ReplicaSet", 
 
 
 # ---------------------------------------------------------------------------- pod facts
-def pod_ready(pod: Obj) -> bool:
-    status = pod.get("status") or {}
-    return status.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-
-
 def unschedulable(pod: Obj) -> Obj | None:
     """The pod's ``PodScheduled=False, Unschedulable`` condition, if the scheduler gave up on it."""
     return next((c for c in (pod.get("status") or {}).get("conditions") or []
@@ -137,17 +133,21 @@ class DgdStatus:
     description: str
 
 
-def dgd_status(name: str, obj: Obj | None, pods: Sequence[Obj], expected_pods: int,
+def dgd_status(name: str, obj: Obj | None, pods: Sequence[Obj], wanted: Mapping[str, int],
                field_manager: str | None) -> DgdStatus:
-    """Ready with state ``successful`` for the current spec and ``expected_pods`` pods ready."""
+    """Ready with state ``successful`` for the current spec, and every component's wanted pods
+    (``wanted``: component -> replicas x nodes) ready: one component's surplus never covers another."""
     st = (obj or {}).get("status") or {}
     cond = operator_status.ready_condition(st)
-    ready = sum(pod_ready(p) for p in pods)
+    counts = ready_by_component(pods, name, wanted)
+    short = [f"{c.component} {c.ready}/{c.wanted}" for c in counts if not c.met]
     gen = operator_status.generation(obj, field_manager) if obj is not None else None
     done = (gen is not None and gen.current and st.get("state") == "successful" and cond.get("status") == "True"
-            and ready >= expected_pods)
-    desc = (f"dgd/{name} state={st.get('state')} Ready={cond.get('status')} "
-            f"({cond.get('reason') or '-'}), pods ready {ready}/{expected_pods}")
+            and not short)
+    desc = (f"dgd/{name} state={st.get('state')} Ready={cond.get('status')} ({cond.get('reason') or '-'}), "
+            f"pods ready {sum(c.ready for c in counts)}/{sum(wanted.values())}")
+    if short and len(counts) > 1:
+        desc += f" (short: {', '.join(short)})"
     if gen is not None and not gen.current:
         desc += (" (the status describes an older generation: observedGeneration behind" if gen.rule ==
                  "observedGeneration" else " (no observedGeneration and Ready has not turned True since this "

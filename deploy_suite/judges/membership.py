@@ -1,14 +1,41 @@
-"""Which component each pod belongs to and a multinode component's leader and workers, judged from
-the pods as listed: the ledger's ``readiness.components`` and the iteration page's layout."""
+"""Which component each pod belongs to, how many of each component's pods are ready, and a
+multinode component's leader and workers, judged from the pods as listed: step 6's readiness (every
+component's wanted pods ready, not a total that one component's surplus could fill), the ledger's
+``readiness.components`` and the iteration page's layout."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_SELECTOR, Obj
-from deploy_suite.judges import conditions
 from deploy_suite.model.dgd import Dgd
+
+
+def pod_ready(pod: Obj) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+@dataclass(frozen=True)
+class ComponentReady:
+    """One component's pods: how many it wants (replicas x nodes) and how many are ready."""
+
+    component: str
+    wanted: int
+    ready: int
+
+    @property
+    def met(self) -> bool:
+        return self.ready >= self.wanted
+
+
+def ready_by_component(pods: Sequence[Obj], dgd_name: str, wanted: Mapping[str, int]) -> list[ComponentReady]:
+    """Each component's ready pods against its wanted count, in the order of ``wanted``."""
+    return [ComponentReady(name, count, sum(pod_ready(p) for p in pods if belongs(p, dgd_name, name)))
+            for name, count in wanted.items()]
 
 
 def components(pods: Sequence[Obj], dgd: Dgd, expected: Mapping[str, int]) -> dict[str, Any]:
@@ -17,7 +44,7 @@ def components(pods: Sequence[Obj], dgd: Dgd, expected: Mapping[str, int]) -> di
     out: dict[str, Any] = {}
     for comp in dgd.components:
         mine = [p for p in pods if belongs(p, dgd.name, comp.name)]
-        out[comp.name] = {"expected": expected[comp.name], "ready": sum(map(conditions.pod_ready, mine)),
+        out[comp.name] = {"expected": expected[comp.name], "ready": sum(map(pod_ready, mine)),
                           "pods": sorted(p["metadata"]["name"] for p in mine),
                           "nodes": sorted({p["spec"].get("nodeName", "") for p in mine})}
         roles = {p["metadata"]["name"]: (role, p["spec"].get("nodeName", "")) for p in mine

@@ -12,10 +12,9 @@ Two kinds of trouble are kept apart on purpose:
 * malformed input (not YAML, no DGD, wrong field types) raises :class:`InputError`: nothing later
   can work, the user must fix the file;
 * a valid manifest the model cannot represent faithfully (templated replicas, unsupported affinity
-  operators, an unknown apiVersion, several DGDs) is parsed as far as possible and the reason
-  lands in :attr:`Dgd.unrepresentable`, so capacity answers ``unknown`` rather than a false
-  ``sufficient``. DRA claims are kept as written (:class:`DraClaim`): what devices they ask for is
-  the cluster's to say (``deploy_suite.judges.dra``).
+  operators, an unknown apiVersion, several DGDs) is parsed as far as possible and the reason lands
+  in :attr:`Dgd.unrepresentable`, so capacity answers ``unknown`` rather than a false ``sufficient``;
+  DRA claims are kept as written, the cluster says what they ask (``deploy_suite.judges.dra``).
 """
 
 from __future__ import annotations
@@ -28,22 +27,29 @@ from typing import Any
 from deploy_suite import constants
 from deploy_suite.constants import DGD_KIND, GPU_RESOURCE, SUPPORTED_API_VERSIONS, V1BETA1
 from deploy_suite.errors import InputError
-from deploy_suite.model import podspec
+from deploy_suite.model import podspec, scheduling
+from deploy_suite.model.frontend import (
+    FRONTEND_TYPE,
+    LEGACY_ENTRY_TYPE,
+    FrontendSidecar,
+    alpha_sidecar,
+    beta_sidecar,
+    runs_frontend,
+    undeclared_sidecar,
+)
 from deploy_suite.model.podspec import EnvFrom, EnvVar, flag_value, split_args
-from deploy_suite.model.scheduling import DraClaim as DraClaim  # re-exported: a component's claims
 from deploy_suite.model.scheduling import (
+    DraClaim,
     FieldReader,
     PodAffinityTerm,
     Requirement,
     Scheduling,
     Toleration,
     container_gpus,
-    dra_claims,
     gpu_resources,
     parse_count,
     parse_scheduling,
     pod_gpus,
-    pod_requests,
 )
 from deploy_suite.yamlio import load_all, load_yaml_text
 
@@ -114,9 +120,9 @@ class Component:
     served_model: str | None
     tokens: tuple[str, ...]  # command + args split and env-expanded (what knobs read)
     pod_labels: Mapping[str, str] = field(default_factory=dict)  # user labels for the pod
-    # Per pod, every resource but the GPU one (CPU, memory, rdma/ib, ...): the pod's effective request.
-    requests: Mapping[str, float] = field(default_factory=dict)
+    requests: Mapping[str, float] = field(default_factory=dict)  # per pod: every resource but the GPU one
     dra_claims: tuple[DraClaim, ...] = ()
+    frontend_sidecar: FrontendSidecar | None = None  # the Dynamo frontend beside `main` (gaie workers)
 
     @property
     def node_selector(self) -> dict[str, str]:
@@ -200,11 +206,25 @@ class Dgd:
         return sum(c.total_gpus for c in self.components)
 
     @property
+    def frontend(self) -> Component | None:
+        """The component serving the OpenAI API behind a Service: typed frontend (v1alpha1 ``main``
+        included), else one whose main container runs the Dynamo frontend, whatever its type
+        (docs/operator-generations.md, "Where the frontend runs")."""
+        return next((c for c in self.components if c.type == FRONTEND_TYPE), None) or next(
+            (c for c in self.components if runs_frontend(c.tokens)), None)
+
+    @property
     def frontend_service(self) -> str | None:
-        """The Service the operator creates for the frontend: ``<dgd>-<lowercased component name>``
-        (docs/operator-generations.md); None without a frontend component."""
-        front = next((c for c in self.components if c.type == "frontend"), None)
-        return f"{self.name}-{front.name.lower()}" if front is not None else None
+        """The Service the operator creates for the frontend: ``<dgd>-<lowercased component name>``,
+        dots as dashes (docs/operator-generations.md); None without a frontend component."""
+        front = self.frontend
+        return f"{self.name}-{front.name.lower()}".replace(".", "-") if front is not None else None
+
+    def sidecar_components(self) -> list[Component]:
+        """Components whose pods run a frontend sidecar, those that decode first (a request enters
+        there; a prefill worker's sidecar is the last resort)."""
+        return sorted((c for c in self.components if c.frontend_sidecar is not None),
+                      key=lambda c: c.type == "prefill")
 
     def pod_count(self) -> int:
         """Pods the operator will create (component x replica x node), without expanding them."""
@@ -228,8 +248,7 @@ class Dgd:
                 for rank in range(min(c.node_count, 1) if first_only else c.node_count):
                     name = f"{c.name}-{replica}" + (f"-{rank}" if c.multinode else "")
                     out.append(PodDemand(name, c.name, c.type, replica, rank, c.gpus_per_pod, c.gpu_resource,
-                                         c.scheduling, labels, ns, tuple(sorted(c.requests.items())),
-                                         c.dra_claims))
+                                         c.scheduling, labels, ns, tuple(sorted(c.requests.items())), c.dra_claims))
         return out
 
 
@@ -359,8 +378,12 @@ def _node_count(rd: FieldReader, multinode: Any, path: str, problems: list[str])
 
 
 def _normalise_type(raw: str | None, sub: str | None) -> str:
+    """A v1alpha1 service's type: prefill/decode from ``subComponentType``; ``main``, the entry
+    component of the operators before the ``frontend`` type, is the frontend (docs/operator-generations.md)."""
     if sub in ("prefill", "decode"):
         return sub
+    if raw == LEGACY_ENTRY_TYPE:
+        return FRONTEND_TYPE
     return raw or "other"
 
 
@@ -408,9 +431,6 @@ def _alpha_components(
             rd.mapping(c, f"{path}.extraPodSpec.containers[{i}]")
             for i, c in enumerate(rd.seq(pod_spec.get("containers"), f"{path}.extraPodSpec.containers"))
         ]
-        # The operator adds resources.claims to the main container's (deploy/operator graph.go).
-        service_claims = {"name": MAIN_CONTAINER, "resources": resources}
-        device_claims = dra_claims(rd, pod_spec, [main, *sidecars, service_claims], f"{path}.extraPodSpec", problems)
         # resources.gpu goes on nvidia.com/gpu; else a MIG slice the main container asks counts too.
         gpu_resource = gpu_type or (GPU_RESOURCE if service_gpus else _main_gpu_resource(main))
         # The operator puts the service GPUs on the main container; sidecars and init containers add to it.
@@ -420,8 +440,8 @@ def _alpha_components(
             {**pod_spec, "containers": [main_effective, *sidecars]}, gpu_resource, path, problems
         )
         sched = parse_scheduling(rd, pod_spec, f"{path}.extraPodSpec", problems)
-        main_full = {**main, "resources": podspec.main_resources(rd, main, resources, gpu_resource, path)}
-        requests = pod_requests({**pod_spec, "containers": [main_full, *sidecars]})
+        pod = {**pod_spec, "containers": [podspec.main_container(rd, main, resources, gpu_resource, path), *sidecars]}
+        device_claims = scheduling.dra_claims(rd, pod, f"{path}.extraPodSpec", problems)
         component_env = podspec.env_list(rd, svc.get("envs"), f"{path}.envs")
         container_env = podspec.env_list(rd, main.get("env"), f"{path}.extraPodSpec.mainContainer.env")
         env_from = podspec.env_from(rd, main.get("envFrom"), f"{path}.extraPodSpec.mainContainer.envFrom")
@@ -472,8 +492,9 @@ def _alpha_components(
                 served_model=_served_model(tokens),
                 tokens=tokens,
                 pod_labels=labels,
-                requests={k: v for k, v in requests.items() if k != gpu_resource},
-                dra_claims=device_claims,
+                requests=scheduling.pod_requests(pod, but=gpu_resource), dra_claims=device_claims,
+                frontend_sidecar=alpha_sidecar(rd, svc.get("frontendSidecar"), f"{path}.frontendSidecar")
+                or undeclared_sidecar(rd, sidecars, f"{path}.extraPodSpec"),
             )
         )
     return out
@@ -509,7 +530,7 @@ def _beta_components(
                 "add the container named main with its image",
             )
         main = mains[0]
-        device_claims = dra_claims(rd, pod_spec, containers, f"{path}.podTemplate.spec", problems)
+        device_claims = scheduling.dra_claims(rd, pod_spec, f"{path}.podTemplate.spec", problems)
         gpu_resource = _main_gpu_resource(main)
         gpus = _pod_gpus(pod_spec, gpu_resource, path, problems)
         cpath = f"{path}.podTemplate.spec.containers[main]"
@@ -547,8 +568,8 @@ def _beta_components(
                 served_model=_served_model(tokens),
                 tokens=tokens,
                 pod_labels=rd.str_map(meta.get("labels"), f"{path}.podTemplate.metadata.labels"),
-                requests={k: v for k, v in pod_requests(pod_spec).items() if k != gpu_resource},
-                dra_claims=device_claims,
+                requests=scheduling.pod_requests(pod_spec, but=gpu_resource), dra_claims=device_claims,
+                frontend_sidecar=beta_sidecar(rd, comp.get("frontendSidecar"), containers, path),
             )
         )
     return out

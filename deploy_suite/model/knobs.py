@@ -4,18 +4,27 @@ A pinned knob must keep its value between the baseline DGD and the candidate (``
 step 2: ``resources.pinned``). Each knob is one row here: the documentation a reviewer reads and
 the function that reads its value from a :class:`~deploy_suite.model.dgd.Dgd`. Names missing from the
 table are refused before anything is compared (:func:`unknown_knobs`).
+
+The comparison is only as good as its baseline: :func:`judge_pinned` reads the DGD that
+``deployment.dgd_path`` names once its SHA-256 is ``deployment.dgd_sha256``, and a baseline that
+cannot be found, lies outside EXP_ROOT, has another hash or cannot be parsed is a blocker of its own
+(docs/procedure.md, "Pinned knobs"): a check that cannot fail would pass every candidate.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from deploy_suite.constants import GPU_PRODUCT_LABEL
-from deploy_suite.model.dgd import Component, Dgd
+from deploy_suite.errors import InputError
+from deploy_suite.model.dgd import Component, Dgd, from_documents
+from deploy_suite.model.files import hash_of, inside_exp_root, rel
 from deploy_suite.model.podspec import has_flag
+from deploy_suite.yamlio import load_all
 
 KnobValue = str | int | None | dict[str, Any]
 
@@ -197,3 +206,77 @@ def changed_knobs(before: Dgd, after: Dgd, names: Iterable[str]) -> dict[str, tu
     wanted = list(names)
     a, b = read(before, wanted), read(after, wanted)
     return {n: (a[n], b[n]) for n in wanted if a[n] != b[n]}
+
+
+BASELINE_FIX = ("restore the baseline deployment.dgd_path names, as handed off (its SHA-256 is deployment.dgd_sha256 "
+                "in user_workload.yaml), or ask user-interviewer for a new EXP_ROOT")
+CHANGED_FIX = ("the candidate must keep every knob listed in resources.pinned; send it back to the hypothesis "
+               "challenger")
+UNKNOWN_FIX = "add a mapping for this knob to deploy_suite.model.knobs.KNOBS, or remove it from pinned"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The baseline DGD as read for the comparison, or why it could not be (``problem``)."""
+
+    path: str  # EXP_ROOT-relative once found inside it, else deployment.dgd_path as written
+    sha256: str | None = None
+    dgd: Dgd | None = None
+    problem: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "verified": self.dgd is not None, "problem": self.problem}
+
+
+def read_baseline(found: Path | None, dgd_path: str, dgd_sha256: str | None, exp_root: Path) -> Baseline:
+    """The DGD ``deployment.dgd_path`` names (``found``: where it resolved, None when no candidate
+    path is a file), read only inside EXP_ROOT and once its SHA-256 is ``dgd_sha256``."""
+    where = f"the baseline deployment.dgd_path {dgd_path!r}"
+    if found is None:
+        return Baseline(dgd_path, problem=f"{where} names no file (looked for from EXP_ROOT), so the pinned knobs "
+                        "cannot be compared")
+    try:
+        real = inside_exp_root(found, exp_root, where)
+        shown = rel(real, exp_root)
+        actual = hash_of(real, where)
+        if actual != dgd_sha256:
+            return Baseline(shown, actual, problem=f"{where} ({shown}) has SHA-256 {actual}, user_workload.yaml's "
+                            f"deployment.dgd_sha256 is {dgd_sha256}: not the baseline that was handed off")
+        named = f"{where} ({shown})"
+        return Baseline(shown, actual, from_documents(load_all(real, named, BASELINE_FIX), named))
+    except InputError as exc:
+        return Baseline(dgd_path, problem=f"{exc.input_name}: {exc.problem}")
+
+
+@dataclass(frozen=True)
+class PinnedVerdict:
+    """``resources.pinned`` judged: the evidence, and each blocker as (message, fix)."""
+
+    evidence: dict[str, Any] = field(default_factory=dict)
+    blockers: tuple[tuple[str, str], ...] = ()
+
+
+def judge_pinned(pinned: Sequence[str], baseline: Callable[[], Baseline], candidate: Dgd) -> PinnedVerdict:
+    """Every pinned knob's value in the baseline and the candidate; an unknown knob, a baseline that
+    cannot be read (``baseline`` is called only when a known knob is pinned) or a changed value blocks."""
+    if not pinned:
+        return PinnedVerdict()
+    unknown = unknown_knobs(pinned)
+    blockers = [(f"resources.pinned names knob {name!r}, which has no mapping to DGD fields (known: "
+                 f"{', '.join(sorted(KNOBS))})", UNKNOWN_FIX) for name in unknown]
+    known = [p for p in pinned if p not in unknown]
+    if not known:
+        return PinnedVerdict({"knobs": {}, "baseline": None}, tuple(blockers))
+    base = baseline()
+    if base.dgd is None:
+        blockers.append((str(base.problem), BASELINE_FIX))
+        return PinnedVerdict({"knobs": {}, "baseline": base.record()}, tuple(blockers))
+    before, after = read(base.dgd, known), read(candidate, known)
+    compared: dict[str, Any] = {}
+    for knob in known:
+        same = before[knob] == after[knob]
+        compared[knob] = {"baseline": before[knob], "candidate": after[knob], "same": same}
+        if not same:
+            blockers.append((f"pinned knob {knob} changed: baseline {before[knob]!r}, candidate {after[knob]!r}",
+                             CHANGED_FIX))
+    return PinnedVerdict({"knobs": compared, "baseline": base.record()}, tuple(blockers))

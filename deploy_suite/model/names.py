@@ -55,7 +55,7 @@ def derived_name_problems(dgd: Dgd) -> list[str]:
             problems.append(f"component {c.name}'s DynamoComponentDeployment <dgd>-<component>{suffix} is "
                             f"{len(dcd)} characters, its Deployment's selector label value takes at most "
                             f"{MAX_LABEL_VALUE}")
-        if c.type == "frontend":
+        if c is dgd.frontend:  # whatever its type (docs/operator-generations.md)
             svc = service_name(dgd.name, c.name)
             if len(svc) > MAX_DNS1035 or not DNS1035_LABEL.match(svc):
                 problems.append(f"component {c.name}'s Service {svc!r} ({len(svc)} characters) must be a DNS-1035 "

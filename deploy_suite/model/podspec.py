@@ -148,14 +148,15 @@ def has_flag(tokens: Sequence[str], names: Iterable[str]) -> bool:
     return any(tok in wanted or tok.split("=", 1)[0] in wanted for tok in tokens)
 
 
-def main_resources(rd: FieldReader, main: Mapping[str, Any], resources: Mapping[str, Any], gpu_resource: str,
+def main_container(rd: FieldReader, main: Mapping[str, Any], resources: Mapping[str, Any], gpu_resource: str,
                    path: str) -> dict[str, Any]:
-    """A v1alpha1 service's main container's requests and limits as the operator writes them: the service's
-    ``resources`` (``cpu``, ``memory``, ``gpu`` under ``gpuType``, each ``custom`` entry) over the
-    mainContainer's own, key by key (docs/operator-generations.md)."""
+    """A v1alpha1 service's main container as the operator writes it: the service's ``resources``
+    (``cpu``, ``memory``, ``gpu`` under ``gpuType``, each ``custom`` entry) over the mainContainer's
+    own requests and limits, key by key, and its ``resources.claims`` added to the container's
+    (docs/operator-generations.md)."""
     raw = main.get("resources")
     own: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"claims": [*(own.get("claims") or []), *(resources.get("claims") or [])]}
     for part in ("requests", "limits"):
         values = rd.mapping(resources.get(part), f"{path}.resources.{part}")
         service = {k: values[k] for k in ("cpu", "memory") if values.get(k) is not None}
@@ -163,4 +164,4 @@ def main_resources(rd: FieldReader, main: Mapping[str, Any], resources: Mapping[
             service[gpu_resource] = values["gpu"]
         service.update(rd.str_map(values.get("custom"), f"{path}.resources.{part}.custom"))
         out[part] = {**(own.get(part) or {}), **service}
-    return out
+    return {**main, "resources": out}

@@ -12,7 +12,7 @@ constraint the model cannot evaluate lands in the caller's ``problems`` list ins
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -450,13 +450,7 @@ class DraClaim:
         return f"{self.name} ({source})"
 
 
-def dra_claims(
-    rd: FieldReader,
-    pod_spec: Mapping[str, Any],
-    containers: Sequence[Mapping[str, Any]],
-    path: str,
-    problems: list[str],
-) -> tuple[DraClaim, ...]:
+def dra_claims(rd: FieldReader, pod_spec: Mapping[str, Any], path: str, problems: list[str]) -> tuple[DraClaim, ...]:
     """The pod's DRA claims; what their devices are is the cluster's to say (step 2 reads its
     DeviceClasses and ResourceSlices). A container naming a claim the pod does not define is a
     problem recorded, never guessed."""
@@ -471,8 +465,8 @@ def dra_claims(
                             rd.text(template, f"{p}.resourceClaimTemplateName"),
                             rd.text(claim, f"{p}.resourceClaimName")))
     names = {c.name for c in out}
-    for c in containers:
-        res = c.get("resources")
+    for c in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
+        res = c.get("resources") if isinstance(c, dict) else None
         for ref in (res.get("claims") or []) if isinstance(res, dict) else []:
             wanted = ref.get("name") if isinstance(ref, dict) else ref
             if wanted not in names:
@@ -516,7 +510,8 @@ def pod_request(pod_spec: Mapping[str, Any], resource: str) -> float:
     return max([running, *(one(c) for c in inits if c.get("restartPolicy") != "Always")])
 
 
-def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, float]:
-    """Every resource the pod's containers name (requests or limits) with the pod's effective
-    request of it (:func:`pod_request`); resources it asks none of are left out."""
-    return {name: amount for name in sorted(resource_names(pod_spec)) if (amount := pod_request(pod_spec, name)) > 0}
+def pod_requests(pod_spec: Mapping[str, Any], but: str | None = None) -> dict[str, float]:
+    """Every resource the pod's containers name (requests or limits), ``but`` one, with the pod's
+    effective request of it (:func:`pod_request`); resources it asks none of are left out."""
+    names = sorted(resource_names(pod_spec) - {but})
+    return {name: amount for name in names if (amount := pod_request(pod_spec, name)) > 0}

@@ -112,8 +112,7 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, fronte
         nodes = None
     ready = waits.DgdReady(waits.PendingTriage(
         kube, namespace, nodes, reporting.contention_recheck_s, lambda pod: evidence.last_lines(kube, namespace, pod)),
-        dgd.name, sum(expected.values()), reporting.on_allocated, kube.field_manager, bounds.reconcile_error_grace_s,
-        tuple(c.name for c in dgd.components))
+        dgd.name, expected, reporting.on_allocated, kube.field_manager, bounds.reconcile_error_grace_s)
     ready.progressed("readiness wait started")
     while True:
         now = clock.monotonic()
@@ -145,9 +144,13 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, fronte
                     last_progress=_progress(ready, started), generation_rule=ready.generation_rule,
                     reconcile_errors=ready.reconcile_errors)
     out.components = components(list(state.collections["pods"].values()), dgd, expected)
-    service = dgd.frontend_service
-    if frontend_expected and service and kube.get_or_none("Service", service, namespace) is None:
-        raise StepFailure(f"frontend Service {service} is missing", FailureCategory.MISSING_FRONTEND_SERVICE)
+    service, front = dgd.frontend_service, dgd.frontend
+    if frontend_expected and service and front and kube.get_or_none("Service", service, namespace) is None:
+        # Named as the operator names it, whatever the component's type (docs/operator-generations.md).
+        typed = "" if front.raw_type == "frontend" else (
+            f" (component {front.name} is typed {front.raw_type or 'nothing'}: operators create this Service for "
+            "the component typed frontend, and the oldest ones for main; type it frontend)")
+        raise StepFailure(f"frontend Service {service} is missing{typed}", FailureCategory.MISSING_FRONTEND_SERVICE)
     out.seconds = round(clock.monotonic() - started, 3)
     out.verdict_at = clock.iso_now_precise()
     return out
@@ -188,7 +191,7 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
     t = run.settings.timeouts
     try:
         out = wait_ready(kube, run.namespace, dgd, t,
-                         frontend_expected=any(c.type == "frontend" for c in dgd.components),
+                         frontend_expected=dgd.frontend_service is not None,
                          reporting=Reporting(on_progress=run.progress, on_allocated=allocated))
     except (StepFailure, StepBlocked) as exc:
         verdict_at = clock.iso_now_precise()

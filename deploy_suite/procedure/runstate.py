@@ -233,9 +233,10 @@ class RunState:
                 if isinstance(previous.get(key), list):
                     data[key] = list(previous[key]) + [x for x in data[key] if x not in previous[key]]
             # What the cluster holds of this iteration (deploy_suite/record/resume.py): its own apply, its
-            # allocation intervals, its teardown and the retire an earlier run already did.
+            # allocation intervals, its teardown and the retire an earlier run already did; and the
+            # copies' recorded hashes, which a resume refused in step 1 must keep (docs/procedure.md, "Resume").
             for key in ("created_at", "allocated_at", "gpus_requested", "torn_down_at", "applied_dgd",
-                        "allocations", "retired_previous"):
+                        "allocations", "retired_previous", "applied_manifests"):
                 if key in previous:
                     data[key] = previous[key]
             data["resumes"].append({

@@ -80,6 +80,9 @@ class Settings:
     provenance: str
     prev_deploy_root: Path | None = None
     support: tuple[SupportInput, ...] = ()
+    # The user's own sequence of the support manifests (types), which step 4 follows instead of the
+    # procedure's; empty: the procedure's order (docs/procedure.md, step 4).
+    support_order: tuple[str, ...] = ()
     storage_class: str | None = None
     smoke_prompt: str = DEFAULT_SMOKE_PROMPT
     served_model: str | None = None
@@ -102,6 +105,7 @@ class Settings:
             "storage_class": self.storage_class,
             "smoke_prompt": self.smoke_prompt,
             "keep_on_failure": self.keep_on_failure,
+            "support_order": list(self.support_order),
             "kubeconfig_given": self.kubeconfig is not None,
             "timeouts": self.timeouts.as_dict(),
         }
@@ -155,6 +159,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("support", "--support", "TYPE=PATH",
            f"handed-off support manifest, repeatable; TYPE is one of {', '.join(SUPPORT_TYPES)}; several "
            "model-download variants may be given (the one matching the DGD's precision is used)", action="append"),
+    # Handoff only: the user's deployment instructions when they give a specific sequence (step 4).
+    Option("support_order", help="support types in the order step 4 applies them, each handed-off type once "
+           f"(default: {', '.join(SUPPORT_TYPES)})"),
     Option("storage_class", "--storage-class", "NAME", "storage class, only when a model-cache PVC needs one"),
     Option("smoke_prompt", "--smoke-prompt", "TEXT",
            f"prompt of the smoke chat completion (default: {DEFAULT_SMOKE_PROMPT!r})"),
@@ -300,6 +307,7 @@ def build_settings(
     if not smoke_prompt.strip():
         raise InputError(smoke_src, "is empty", "omit it to use the default prompt")
 
+    support = _support(cli.get("support"), handoff.get("support"), invocation_dir, handoff_dir)
     return Settings(
         iteration=iteration,
         exp_root=exp_root,
@@ -309,7 +317,8 @@ def build_settings(
         dgd_sha256=dgd_sha,
         provenance=provenance,
         prev_deploy_root=prev_root,
-        support=_support(cli.get("support"), handoff.get("support"), invocation_dir, handoff_dir),
+        support=support,
+        support_order=_support_order(handoff.get("support_order"), support),
         storage_class=_optional_text(*pick("storage_class")[::2]),
         smoke_prompt=smoke_prompt,
         served_model=_optional_text(*pick("served_model")[::2]),
@@ -421,6 +430,29 @@ def _support(
             raise InputError(source, f"{kind} has no path", f"write {kind}=PATH")
         result.append(SupportInput(str(kind), _absolute(Path(path), base)))
     return tuple(result)
+
+
+def _support_order(value: Any, support: tuple[SupportInput, ...]) -> tuple[str, ...]:
+    """The handoff's ``support_order``: every handed-off support type exactly once, nothing else."""
+    source = "handoff key 'support_order'"
+    handed = list(dict.fromkeys(item.type for item in support))
+    fix = f"list each handed-off support type once, in the order to apply them: support_order: [{', '.join(handed)}]"
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InputError(source, f"must be a list of support types, got {value!r}"[:200], fix)
+    unknown = [v for v in value if v not in SUPPORT_TYPES]
+    if unknown:
+        raise InputError(source, f"names {unknown[0]!r}, not a support type ({', '.join(SUPPORT_TYPES)})", fix)
+    twice = sorted({v for v in value if value.count(v) > 1})
+    if twice:
+        raise InputError(source, f"names {twice[0]} twice", fix)
+    extra, missing = [v for v in value if v not in handed], [t for t in handed if t not in value]
+    if extra or missing:
+        problem = (f"names {extra[0]}, which was not handed over (--support)" if extra
+                   else f"leaves out {missing[0]}, which was handed over (--support)")
+        raise InputError(source, problem, fix)
+    return tuple(value)
 
 
 def _handoff_support_items(value: Any) -> list[Any]:

@@ -29,7 +29,8 @@ from deploy_suite import clock, yamlio
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.constants import LABEL_COMPONENT_TYPE, LABEL_DGD_NAME
 from deploy_suite.errors import StepBlocked, StepFailure, SuiteError, WaitTimeout
-from deploy_suite.model import dgd, podspec
+from deploy_suite.judges import membership
+from deploy_suite.model import dgd, frontend, podspec
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.settings import DEFAULT_SMOKE_PROMPT, Timeouts
 from deploy_suite.procedure.validate import Preflight
@@ -153,8 +154,7 @@ def plan(run: RunState, kube: Kube) -> SmokePlan:
         raise StepBlocked(BlockerClass.SERVED_MODEL,
                           "no served model name found in the DGD", "pass --served-model NAME")
     direct = direct_routing(model, documents)
-    endpoint = find_endpoint(kube, run.namespace, model.name, direct,
-                             preflight.frontend_service if preflight else None)
+    endpoint = find_endpoint(kube, run.namespace, model, direct, preflight.frontend_service if preflight else None)
     return SmokePlan(
         namespace=run.namespace, dgd_name=model.name, served_model=served, direct_routing=direct,
         endpoint=endpoint, deploy_root=run.deploy_root, prompt=run.settings.smoke_prompt,
@@ -179,11 +179,13 @@ def run(run: RunState, kube: Kube, plan: SmokePlan, transport: httpx.BaseTranspo
 def direct_routing(model: dgd.Dgd, documents: Sequence[Any]) -> bool:
     """Whether requests must name a worker (``--router-mode direct`` / ``DYN_ROUTER_MODE=direct``).
 
-    The DGD model reads only each component's ``main`` container; direct-routing *sidecars* (the
-    gaie frontend) need the instance id too, so every container-shaped mapping is looked at.
+    Read on each component's ``main`` container and on its frontend sidecar as the pod runs it
+    (v1alpha1 ``frontendSidecar: {image, args, ...}`` included: the container the operator builds,
+    docs/operator-generations.md); any other container-shaped mapping of the manifest is looked at too.
     """
-    if any(c.flag("--router-mode") == "direct" or any(e.name == "DYN_ROUTER_MODE" and e.value == "direct"
-                                                      for e in c.env) for c in model.components):
+    if any(frontend.router_mode(c.tokens, c.env) == "direct" for c in model.components):
+        return True
+    if any(c.frontend_sidecar is not None and c.frontend_sidecar.router_mode == "direct" for c in model.components):
         return True
     for container in (c for doc in documents for c in _containers(doc)):
         env = {str(e.get("name")): str(e.get("value")) for e in container.get("env") or []
@@ -227,21 +229,29 @@ def chat_request(served_model: str, prompt: str) -> dict[str, Any]:
             "temperature": 0}
 
 
-def find_endpoint(kube: Kube, namespace: str, dgd_name: str, direct_routing: bool,
+def find_endpoint(kube: Kube, namespace: str, model: dgd.Dgd, direct_routing: bool,
                   frontend_service: str | None) -> Endpoint:
-    """A frontend Service when there is one; otherwise (gaie) a ready worker pod's port 8000."""
+    """A frontend Service when there is one; otherwise (gaie) port 8000 of a ready pod running a
+    frontend sidecar (a decode or aggregated worker's before a prefill worker's), else of a ready
+    worker pod. With direct routing, the instance id from that pod's logs, the sidecar's first."""
     if frontend_service and kube.get_or_none("Service", frontend_service, namespace) is not None:
         return Endpoint("service", f"svc/{frontend_service}")
-    pods, _ = kube.list_items("Pod", namespace, label_selector=f"{LABEL_DGD_NAME}={dgd_name}")
-    workers = sorted((p for p in pods if _is_ready(p) and (p["metadata"].get("labels") or {}).get(
-        LABEL_COMPONENT_TYPE) in {"worker", "decode", "main"}), key=lambda p: p["metadata"]["name"])
-    if not workers:
-        raise SuiteError(f"no frontend Service and no ready worker pod for DGD {dgd_name} in {namespace}")
-    pod = workers[0]
+    pods, _ = kube.list_items("Pod", namespace, label_selector=f"{LABEL_DGD_NAME}={model.name}")
+    ready = sorted((p for p in pods if _is_ready(p)), key=lambda p: p["metadata"]["name"])
+    candidates = [(p, c.frontend_sidecar.container) for c in model.sidecar_components() if c.frontend_sidecar
+                  for p in ready if membership.belongs(p, model.name, c.name)]
+    types = {p["metadata"]["name"]: (p["metadata"].get("labels") or {}).get(LABEL_COMPONENT_TYPE) for p in ready}
+    candidates += sorted(((p, "") for p in ready if types[p["metadata"]["name"]] in dgd.WORKER_TYPES),
+                         key=lambda found: types[found[0]["metadata"]["name"]] == "prefill")
+    if not candidates:
+        raise SuiteError(f"no frontend Service and no ready worker pod (with a frontend sidecar or not) for DGD "
+                         f"{model.name} in {namespace}")
+    pod, sidecar = candidates[0]
     instance = None
     if direct_routing:
-        for c in pod["spec"]["containers"]:
-            instance = parse_instance_id(kube.pod_log(pod["metadata"]["name"], namespace, c["name"], tail=500))
+        names = [str(c["name"]) for c in pod["spec"]["containers"]]
+        for name in sorted(names, key=lambda n: n != sidecar):
+            instance = parse_instance_id(kube.pod_log(pod["metadata"]["name"], namespace, name, tail=500))
             if instance is not None:
                 break
     return Endpoint("worker-pod", f"pod/{pod['metadata']['name']}", worker_instance_id=instance)

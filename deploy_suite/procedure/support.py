@@ -1,5 +1,7 @@
 """Step 4: the support manifests in the procedure's order (model-cache, model-download,
-model-validate): claims bound, Jobs complete, a failed Job's logs kept."""
+model-validate), or in the user's own sequence when the handoff gives one (``support_order``):
+claims bound, Jobs complete, a failed Job's logs kept. The order followed, and whose it is, is
+recorded."""
 
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ class Support:
     jobs: list[JobResult] = field(default_factory=list)
     pvcs: dict[str, str | None] = field(default_factory=dict)
     failure: dict[str, Any] | None = None
+    # The types in the order followed, and whose order it is (ORDER_PROCEDURE or ORDER_HANDOFF).
+    order: dict[str, Any] = field(default_factory=dict)
     limitations: list[str] = field(default_factory=list)  # claims whose binding mode could not be read
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
@@ -55,11 +59,18 @@ class Support:
             return {}
         if not self.applied:
             return {}
-        return {"applied": self.applied, "jobs": [j.as_dict() for j in self.jobs], "pvcs": self.pvcs}
+        return {"order": self.order, "applied": self.applied, "jobs": [j.as_dict() for j in self.jobs],
+                "pvcs": self.pvcs}
 
 
-def applied_support_order(paths: Mapping[str, Path]) -> list[tuple[str, Path]]:
-    return [(k, paths[k]) for k in SUPPORT_ORDER if k in paths]
+ORDER_PROCEDURE = "procedure"  # model-cache, model-download, model-validate
+ORDER_HANDOFF = "handoff support_order"  # the user's deployment instructions
+
+
+def applied_support_order(paths: Mapping[str, Path], order: Sequence[str] = ()) -> list[tuple[str, Path]]:
+    """The handed-off support manifests in the user's order when given (settings judged it names each
+    handed-off type once), else the procedure's."""
+    return [(k, paths[k]) for k in (order or SUPPORT_ORDER) if k in paths]
 
 
 def names_of(docs: Sequence[Any], kind: str) -> list[str]:
@@ -141,11 +152,13 @@ def _job_logs(kube: Kube, namespace: str, job: str, logs_dir: Path, lines: int =
 
 
 def support(run: RunState, kube: Kube) -> Support:
-    """Apply model-cache, model-download, model-validate in that order (those handed over); claims
-    that bind on their own are awaited before any Job waits on them (WaitForFirstConsumer claims,
-    and claims whose class cannot be read, bind with their first pod); each Job must complete."""
-    out = Support()
-    order = applied_support_order(run.manifests)
+    """Apply model-cache, model-download, model-validate in that order (those handed over), or in the
+    handoff's ``support_order``; each manifest's claims that bind on their own are awaited and its
+    Jobs complete before the next is applied (WaitForFirstConsumer claims, and claims whose class
+    cannot be read, bind with their first pod)."""
+    given = run.settings.support_order
+    order = applied_support_order(run.manifests, given)
+    out = Support(order={"types": [kind for kind, _ in order], "by": ORDER_HANDOFF if given else ORDER_PROCEDURE})
     t = run.settings.timeouts
     for kind, path in order:
         docs = yamlio.load_all(path, run.rel(path))

@@ -108,7 +108,7 @@ class ValidationInputs:
     namespace: str
     deploy_path: Path  # run-scoped copy applied_manifests/deploy.yaml
     support_paths: Mapping[str, Path]  # type -> run-scoped copy
-    baseline_dgd_path: Path | None  # the workload's deployment.dgd_path, for resources.pinned
+    baseline_dgd_path: Path | None  # where deployment.dgd_path resolved (None: no file), for resources.pinned
     workload: Mapping[str, Any]
     display_root: Path  # paths in findings are shown relative to this (EXP_ROOT)
     retiring: tuple[str, str] | None = None  # (namespace, dgd) that step 3 will delete first
@@ -382,31 +382,15 @@ class Validator:
         self.ev["images"] = images
 
     def check_pinned(self, dgd: Dgd) -> None:
-        pinned = [str(p) for p in ((self.inp.workload.get("resources") or {}).get("pinned") or [])]
-        if not pinned:
-            self.ev["pinned"] = {}
-            return
-        unknown = knobs.unknown_knobs(pinned)
-        for name in unknown:
-            self.report.block(BlockerClass.PINNED, f"resources.pinned names knob {name!r}, which has no mapping to DGD "
-                              f"fields (known: {', '.join(sorted(knobs.KNOBS))})",
-                              "add a mapping for this knob to deploy_suite.model.knobs.KNOBS, or remove it from pinned")
-        known = [p for p in pinned if p not in unknown]
-        if self.inp.baseline_dgd_path is None or not known:
-            self.ev["pinned"] = {"knobs": pinned, "baseline": None}
-            return
-        baseline_display = _rel(self.inp.baseline_dgd_path, self.inp.display_root)
-        baseline = from_documents(_load_docs(self.inp.baseline_dgd_path, baseline_display), baseline_display)
-        before, after = knobs.read(baseline, known), knobs.read(dgd, known)
-        result: dict[str, Any] = {}
-        for knob in known:
-            same = before.get(knob) == after.get(knob)
-            result[knob] = {"baseline": before.get(knob), "candidate": after.get(knob), "same": same}
-            if not same:
-                self.report.block(BlockerClass.PINNED, f"pinned knob {knob} changed: baseline {before.get(knob)!r}, "
-                                  f"candidate {after.get(knob)!r}", "the candidate must keep every knob listed in "
-                                  "resources.pinned; send it back to the hypothesis challenger")
-        self.ev["pinned"] = result
+        # The baseline is read (and its SHA-256 verified) only when a known knob is pinned.
+        deployment, inp = self.inp.workload.get("deployment") or {}, self.inp
+        pinned = [str(p) for p in ((inp.workload.get("resources") or {}).get("pinned") or [])]
+        verdict = knobs.judge_pinned(pinned, lambda: knobs.read_baseline(
+            inp.baseline_dgd_path, str(deployment.get("dgd_path")), deployment.get("dgd_sha256"), inp.display_root),
+            dgd)
+        for message, fix in verdict.blockers:
+            self.report.block(BlockerClass.PINNED, message, fix)
+        self.ev["pinned"] = verdict.evidence
 
     def check_ceiling(self, dgd: Dgd) -> None:
         ceiling = (self.inp.workload.get("resources") or {}).get("gpu_ceiling")

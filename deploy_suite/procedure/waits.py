@@ -176,7 +176,7 @@ class JobComplete:
 # ---------------------------------------------------------------------------- readiness
 @dataclass
 class DgdReady:
-    """The DGD Ready with state ``successful`` for its current spec, and ``expected_pods`` of its
+    """The DGD Ready with state ``successful`` for its current spec, and each component's wanted
     pods Running and ready (:func:`conditions.dgd_status`).
 
     A ``failed`` state is a verdict when its text is a known-permanent reconcile error, or when it
@@ -193,11 +193,10 @@ class DgdReady:
 
     triage: PendingTriage
     name: str
-    expected_pods: int
+    wanted: Mapping[str, int]  # component -> pods it wants ready (replicas x nodes)
     on_allocated: Callable[[str], None] | None = None
     field_manager: str | None = None
     failed_grace_s: float = 30.0
-    components: tuple[str, ...] = ()  # the DGD's component names: the names its children take
     allocated_at: str | None = None
     contention: list[dict[str, Any]] = field(default_factory=list)
     dgd_state: str | None = None
@@ -234,13 +233,13 @@ class DgdReady:
             self.reached.update(new)
             self.progressed(new[-1] if len(new) == 1 else f"{new[-1]} (and {len(new) - 1} more)")
         obj = seen["dgd"].get(f"{self.triage.namespace}/{self.name}")
-        if len(pods) < self.expected_pods:  # once every pod exists, a refusal to create one is history
-            for what, verdict in conditions.below_dgd(self.name, self.components, obj,
+        if len(pods) < sum(self.wanted.values()):  # once every pod exists, a refusal to create one is history
+            for what, verdict in conditions.below_dgd(self.name, tuple(self.wanted), obj,
                                                       seen.get("events", {}).values(), self.triage.recheck_s):
                 if not verdict.can_wait:
                     stop(verdict)
                 self._note_wait(what, verdict, True)
-        status = conditions.dgd_status(self.name, obj, pods, self.expected_pods, self.field_manager)
+        status = conditions.dgd_status(self.name, obj, pods, self.wanted, self.field_manager)
         self.dgd_state, self.ready_condition, self.ready_reason = (status.state, status.ready_condition,
                                                                    status.ready_reason)
         self._judge_failed((obj or {}).get("status") or {})

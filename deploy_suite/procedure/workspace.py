@@ -268,7 +268,7 @@ def fill(
 ) -> tuple[list[AppliedManifest], Resume | None]:
     """Copy sources to stable names under ``applied_manifests/``. On a resume, a copy whose source
     is unchanged is kept as it is (it may carry recorded compatibility patches: the latest
-    attempted copy); stale types go."""
+    attempted copy) when it is what the ledger recorded last; stale types go."""
     applied = deploy_root / "applied_manifests"
     recorded: dict[str, Mapping[str, Any]] = {}
     if earlier is not None:
@@ -285,7 +285,8 @@ def fill(
         source = wanted[kind]
         dest = applied / stable
         before = recorded.get(kind)
-        if resuming and dest.is_file() and before is not None and before.get("source_sha256") == source.sha256:
+        if (resuming and dest.is_file() and before is not None and before.get("source_sha256") == source.sha256
+                and _as_recorded(dest, before, _patching_stopped(earlier), exp_root)):
             kept.append(stable)
         else:
             copy_atomically(source.path, dest)
@@ -303,3 +304,32 @@ def fill(
                 stale.unlink()  # one file per manifest type used, exactly the handed-off set
                 removed.append(name)
     return manifests, (Resume(tuple(kept), tuple(recopied), tuple(removed)) if resuming else None)
+
+
+def _patching_stopped(earlier: Mapping[str, Any] | None) -> bool:
+    """Whether the earlier run stopped inside step 2, which may have patched a copy without recording it yet."""
+    steps = (earlier or {}).get("steps") or []
+    return any(isinstance(s, Mapping) and s.get("name") == "step2_validate" and s.get("started_at")
+               and not s.get("ended_at") for s in steps)
+
+
+def _as_recorded(copy: Path, recorded: Mapping[str, Any], patching_stopped: bool, exp_root: Path) -> bool:
+    """Keep a copy that is what the ledger recorded last (step 1's copy, or step 2's patched one).
+
+    Any other content is an edit no record explains: applying it would deploy what neither the
+    handoff nor a recorded patch says, and dropping it would lose someone's work, so it is refused
+    (docs/procedure.md, "Resume"). The one exception is a step 2 that stopped before recording its
+    patches: the copy is then made again from its source (False) and step 2 redoes and records them."""
+    expected, actual = recorded.get("sha256"), sha256_file(copy)
+    if actual == expected:
+        return True
+    if patching_stopped:
+        return False
+    shown = rel(copy, exp_root)
+    raise InputError(
+        f"run-scoped copy {shown}",
+        f"was edited after the run recorded it (SHA-256 {actual}, the ledger recorded {expected}); an edit with no "
+        "patch record is never applied",
+        f"remove {shown} and rerun to have it copied again from {recorded.get('source_path')} (step 2 redoes and "
+        "records its compatibility patches); a change to the candidate is handed over as a new candidate",
+    )

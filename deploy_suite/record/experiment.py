@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,8 @@ from deploy_suite import clock, yamlio
 from deploy_suite.record.ledger import atomic_write_text
 from deploy_suite.vocab import RunStatus
 
+MANIFEST_NAME = "<EXP_ROOT>/manifest.yaml"
+MANIFEST_FIX = "fix the YAML of manifest.yaml (one mapping, written by user-interviewer)"
 MANIFEST_KEY = "cluster_context"
 HISTORY_KEY = "cluster_context_history"
 # The wall-clock budget's origin (contracts: "session start"); created_at is the older spelling.
@@ -34,8 +36,7 @@ def experiment_id(exp_root: Path) -> str:
 def _read_manifest(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    loaded = yamlio.load_one(path, "<EXP_ROOT>/manifest.yaml",
-                             "fix the YAML of manifest.yaml (one mapping, written by user-interviewer)")
+    loaded = yamlio.load_one(path, MANIFEST_NAME, MANIFEST_FIX)
     return loaded if isinstance(loaded, dict) else {}
 
 
@@ -50,17 +51,26 @@ def session_started_at(exp_root: Path) -> tuple[str | None, _dt.datetime | None]
 
 def update_manifest_context(exp_root: Path, context: str, changed_by: str = "recipe-deployer") -> dict[str, Any] | None:
     """Record the effective context in <EXP_ROOT>/manifest.yaml when it differs; returns the
-    change made (None when nothing changed). Called before the first mutation of a run."""
+    change made (None when nothing changed). Called before the first mutation of a run.
+
+    Only the two keys change: the file is user-interviewer's, its other keys and comments stay as
+    written (``yamlio.edit_mapping_file``); the write is atomic."""
     path = exp_root / "manifest.yaml"
     data = _read_manifest(path)
     before = data.get(MANIFEST_KEY)
     if before == context:
         return None
     change = {"from": before, "to": context, "changed_at": clock.iso_now(), "changed_by": changed_by}
-    data[MANIFEST_KEY] = context
-    history = data.get(HISTORY_KEY)
-    data[HISTORY_KEY] = [*(history if isinstance(history, list) else []), change]
-    atomic_write_text(path, yamlio.dump(data))
+
+    def edit(doc: MutableMapping[str, Any]) -> None:
+        doc[MANIFEST_KEY] = yamlio.quoted(context)
+        history = doc.get(HISTORY_KEY)
+        if isinstance(history, list) and history:
+            history.append(yamlio.quoted(change))  # in the list's own style, after its comments
+        else:
+            doc[HISTORY_KEY] = [yamlio.quoted(change)]
+
+    atomic_write_text(path, yamlio.edit_mapping_file(path, edit, MANIFEST_NAME, MANIFEST_FIX))
     return change
 
 

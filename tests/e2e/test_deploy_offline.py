@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from deploy_suite import yamlio
 from deploy_suite.access.kube import DGD, Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.errors import WaitTimeout
@@ -201,6 +202,28 @@ def test_sample_v1alpha1_aggregated_becomes_ready_and_answers(target: Target) ->
     assert not (run.deploy_root / "logs").exists()  # logs/ only when a failure log is kept
 
 
+def test_the_handoffs_support_order_is_followed_and_recorded(target: Target) -> None:
+    # The user's instructions: validate the cache, then download into it (the procedure's order
+    # would download first). The validate file ends with `---`, as concatenated manifests do.
+    exp = target.experiment(support={"model-cache": support.SAMPLE_SUPPORT / "model-cache.yaml",
+                                     "model-download": support.SAMPLE_SUPPORT / "model-download.yaml",
+                                     "model-validate": DATA / "model-validate.yaml"})
+    order = ["model-cache", "model-validate", "model-download"]
+    handoff = yamlio.load_one(exp.handoff0)
+    exp.handoff0.write_text(yamlio.dump({**handoff, "support_order": order}), encoding="utf-8")
+    run = target.run(exp)
+    led = assert_ready(run, target, dgd_name=SAMPLE_DGD, served="Qwen/Qwen3-0.6B", gpus=1)
+    evidence = step(led, "step4_support_manifests")["evidence"]
+    assert evidence["order"] == {"types": order, "by": "handoff support_order"}
+    assert [j["job"] for j in evidence["jobs"]] == ["model-validate", "model-download"]
+    assert led["settings"]["support_order"] == order
+    applies = [c["command"] for c in led["commands"] if c["kind"] == "mutate" and " apply " in c["command"]]
+    assert [next(t for t in order if f"applied_manifests/{t}.yaml" in c) for c in applies[:3]] == order
+    # The apiserver's own times: the download Job was created once the validate Job had completed.
+    jobs = {j: target.kube.get("Job", j, target.namespace) for j in ("model-validate", "model-download")}
+    assert jobs["model-validate"]["status"]["completionTime"] <= jobs["model-download"]["metadata"]["creationTimestamp"]
+
+
 def test_v1beta1_aggregated_becomes_ready_and_answers(target: Target) -> None:
     run = target.run(target.experiment("dgd-beta-agg.yaml", support={}))
     led = assert_ready(run, target, dgd_name="e2e-beta-agg", served="qwen3-beta", gpus=1)
@@ -277,6 +300,21 @@ def test_gaie_direct_routing_is_reached_on_a_worker_pod_with_the_instance_id(tar
     sidecar_log = target.kube.pod_log(pod, target.namespace, "frontend-sidecar", tail=200)
     hex_ids = [int(h, 16) for h in re.findall(r"instance_id=(0x[0-9a-f]+)", sidecar_log)]
     assert instance in hex_ids, sidecar_log
+
+
+def test_a_v1alpha1_frontend_sidecar_spec_is_reached_with_the_direct_routing_header(target: Target) -> None:
+    # `frontendSidecar: {image, args, envFromSecret}`: the operator builds the container; its
+    # `--router-mode direct` is read from the spec, so step 7 sends the worker instance id.
+    run = target.run(target.experiment("dgd-gaie-alpha-sidecar.yaml", support={}))
+    led = assert_ready(run, target, dgd_name="e2e-gaie-alpha", served="qwen3-gaie-alpha", gpus=1,
+                       endpoint_kind="worker-pod")
+    assert led["frontend_service"] is None and led["readiness"]["components"]["VllmWorker"]["ready"] == 1
+    pod_name = led["endpoint"]["target"].removeprefix("pod/")
+    assert pod_name.startswith("e2e-gaie-alpha-vllmworker-") and led["endpoint"]["worker_instance_id"] > 0
+    pod = target.kube.get_or_none("Pod", pod_name, target.namespace)
+    assert pod is not None
+    sidecar = next(c for c in pod["spec"]["containers"] if c["name"] == "sidecar-frontend")
+    assert sidecar["command"] == ["python3"] and sidecar["args"][-2:] == ["--router-mode", "direct"]
 
 
 # ------------------------------------------------------------------ iteration 1 retires iteration 0

@@ -33,6 +33,7 @@ from deploy_suite.errors import Forbidden
 from deploy_suite.fixtures.cluster import ClusterPool
 from deploy_suite.fixtures.identities import Identity
 from deploy_suite.judges import ownership
+from deploy_suite.model.files import sha256_file
 from deploy_suite.model.references import walk
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
@@ -123,6 +124,12 @@ def stage(tmp_path: Path, dgd: Obj, support: Mapping[str, Obj] | None = None, ba
 def workload(namespace: str, context: str, **resources: Any) -> Obj:
     return {"kubernetes": {"kube_context": context, "namespace": namespace, "storage_class": "standard"},
             "resources": {"gpu_ceiling": 8, "pinned": [], **resources}}
+
+
+def with_baseline(wl: Obj, staged: Staged) -> Obj:
+    """The workload's deployment section naming the staged baseline and its SHA-256 (what step 2 verifies)."""
+    assert staged.baseline is not None
+    return {**wl, "deployment": {"dgd_path": staged.rel(staged.baseline), "dgd_sha256": sha256_file(staged.baseline)}}
 
 
 @dataclass
@@ -532,9 +539,12 @@ def test_a_changed_pinned_knob_is_a_blocker(
     staged = stage(tmp_path, set_quantization(dgd_doc(), candidate), {"model-cache": model_cache_doc()},
                    baseline=dgd_doc())  # the baseline runs --quantization fp8
     report = run_validate(Probe().on(offline_cluster), scratch_namespace, staged,
-                          workload(scratch_namespace, offline_cluster.context, pinned=["precision"]))
+                          with_baseline(workload(scratch_namespace, offline_cluster.context, pinned=["precision"]),
+                                        staged))
 
-    assert report.evidence["pinned"]["precision"] == {"baseline": "fp8", "candidate": candidate, "same": not blocked}
+    assert report.evidence["pinned"]["knobs"]["precision"] == {"baseline": "fp8", "candidate": candidate,
+                                                               "same": not blocked}
+    assert report.evidence["pinned"]["baseline"]["verified"] is True
     if blocked:
         assert classes(report) == ["pinned"]
         message = blocker(report, "pinned")
@@ -548,14 +558,15 @@ def test_an_unknown_pinned_knob_asks_for_a_mapping(
     create_secret(cluster_kube, scratch_namespace)
     staged = stage(tmp_path, dgd_doc(), {"model-cache": model_cache_doc()}, baseline=dgd_doc())
     report = run_validate(Probe().on(offline_cluster), scratch_namespace, staged,
-                          workload(scratch_namespace, offline_cluster.context, pinned=["precision", "kv_cache_dtype"]))
+                          with_baseline(workload(scratch_namespace, offline_cluster.context,
+                                                 pinned=["precision", "kv_cache_dtype"]), staged))
 
     assert classes(report) == ["pinned"]
     [finding] = report.blockers
     assert "'kv_cache_dtype'" in finding.message and "no mapping" in finding.message
     # The fix names the table where the mapping goes.
     assert "mapping" in finding.fix and "deploy_suite.model.knobs.KNOBS" in finding.fix
-    assert report.evidence["pinned"]["precision"]["same"] is True
+    assert report.evidence["pinned"]["knobs"]["precision"]["same"] is True
 
 
 @pytest.mark.parametrize(("ceiling", "blocked"), [(1, True), (2, False)])

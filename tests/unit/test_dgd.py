@@ -10,9 +10,9 @@ import yaml
 
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME
 from deploy_suite.errors import InputError
-from deploy_suite.model.dgd import Dgd, DraClaim, from_documents, load_dgd, parse_dgd
+from deploy_suite.model.dgd import Dgd, from_documents, load_dgd, parse_dgd
 from deploy_suite.model.podspec import EnvFrom
-from deploy_suite.model.scheduling import Requirement, Toleration
+from deploy_suite.model.scheduling import DraClaim, Requirement, Toleration
 
 DATA = Path(__file__).parent / "data"
 

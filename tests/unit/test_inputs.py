@@ -527,9 +527,10 @@ def _ledger_for(prepared: inputs.Prepared) -> dict[str, Any]:
 
 def test_rerun_of_the_same_candidate_resumes_and_keeps_patched_copies(exp: Experiment):
     first = inputs.prepare(settings_for(exp))
-    (first.deploy_root / LEDGER_NAME).write_text(json.dumps(_ledger_for(first)))
     patched = first.deploy_root / "applied_manifests" / "model-cache.yaml"
     patched.write_text(patched.read_text().replace("your-storage-class-name", "standard"))
+    # Step 2 recorded its patch: the ledger holds the patched copy's hash (Ledger.set_copy_sha256).
+    (first.deploy_root / LEDGER_NAME).write_text(json.dumps(_ledger_for(first)))
     stale = first.deploy_root / "applied_manifests" / "model-validate.yaml"
     stale.write_text("kind: Job\n")
     seen: list[bool] = []
@@ -539,6 +540,42 @@ def test_rerun_of_the_same_candidate_resumes_and_keeps_patched_copies(exp: Exper
     assert set(second.resume.kept) == {"deploy.yaml", "model-cache.yaml", "model-download.yaml"}
     assert second.resume.removed == ("model-validate.yaml",)
     assert "standard" in patched.read_text()  # the latest attempted (patched) copy is kept
+
+
+def _step2(outcome: str, ended: bool) -> list[dict[str, Any]]:
+    return [{"name": "step1_inputs", "outcome": "passed", "started_at": "2026-06-01T12:00:00Z",
+             "ended_at": "2026-06-01T12:00:01Z"},
+            {"name": "step2_validate", "outcome": outcome, "started_at": "2026-06-01T12:00:01Z",
+             "ended_at": "2026-06-01T12:00:09Z" if ended else None}]
+
+
+def test_a_copy_edited_by_hand_before_a_resume_is_refused_naming_it_and_the_fix(exp: Experiment):
+    first = inputs.prepare(settings_for(exp))
+    (first.deploy_root / LEDGER_NAME).write_text(json.dumps({**_ledger_for(first), "steps": _step2("passed", True)}))
+    copy = first.deploy_root / "applied_manifests" / "deploy.yaml"
+    edited = copy.read_text().replace("--served-model-name", "--max-model-len 4096 --served-model-name")
+    copy.write_text(edited)  # a hand edit: no patch record explains it
+    error = refused(settings_for(exp))
+    assert_one_line(error, "run-scoped copy artifacts/deploy-iter-000/applied_manifests/deploy.yaml",
+                    f"SHA-256 {sha(copy)}", "an edit with no patch record is never applied",
+                    "remove artifacts/deploy-iter-000/applied_manifests/deploy.yaml and rerun",
+                    "inputs/user_provided_dgd.yaml")
+    assert copy.read_text() == edited  # neither applied nor silently dropped
+    copy.unlink()  # the fix the line gives: the copy is made again from its source
+    again = inputs.prepare(settings_for(exp))
+    assert again.resume is not None and again.resume.recopied == ("deploy.yaml",)
+    assert sha(copy) == sha(exp.exp_root / "inputs" / "user_provided_dgd.yaml")
+
+
+def test_a_copy_patched_by_a_step_2_that_stopped_before_recording_is_made_again(exp: Experiment):
+    first = inputs.prepare(settings_for(exp))
+    (first.deploy_root / LEDGER_NAME).write_text(json.dumps({**_ledger_for(first), "steps": _step2("not_run", False)}))
+    patched = first.deploy_root / "applied_manifests" / "model-cache.yaml"
+    patched.write_text(patched.read_text().replace("your-storage-class-name", "standard"))
+    second = inputs.prepare(settings_for(exp))
+    # Step 2 redoes (and this time records) the patch on a fresh copy.
+    assert second.resume is not None and second.resume.recopied == ("model-cache.yaml",)
+    assert sha(patched) == sha(exp.exp_root / "inputs" / "model-cache.yaml")
 
 
 def test_different_candidate_for_an_existing_directory_is_refused(exp: Experiment):

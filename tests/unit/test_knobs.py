@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from deploy_suite.model import knobs
-from deploy_suite.model.dgd import Dgd, load_dgd
+from deploy_suite.model.dgd import Dgd, load_dgd, parse_dgd
+from deploy_suite.model.files import sha256_file
+from deploy_suite.model.workload import contract_dgd_candidates
 
 DATA = Path(__file__).parent / "data"
 
@@ -61,3 +63,74 @@ def test_changed_knobs_lists_only_differences():
     disagg = fixture("dgd_v1alpha1_disagg.yaml")
     assert knobs.changed_knobs(agg, agg, ["mode", "precision"]) == {}
     assert knobs.changed_knobs(agg, disagg, ["mode", "precision"]) == {"mode": ("agg", "disagg")}
+
+
+# ------------------------------------------------------------------ the baseline the comparison reads
+RECIPE = DATA / "recipes" / "llama-3-70b" / "vllm-agg-deploy.yaml"  # tp 4, FP8, one prefill-typed worker
+
+
+def experiment(tmp_path: Path, baseline_text: str | None = None) -> tuple[Path, Path, str]:
+    """An EXP_ROOT (its parent not named ``runs``) holding the baseline: (root, baseline file, its SHA-256)."""
+    root = tmp_path / "experiments" / "20260601T120000Z-llama"
+    (root / "inputs").mkdir(parents=True)
+    path = root / "inputs" / "user_provided_dgd.yaml"
+    path.write_text(RECIPE.read_text() if baseline_text is None else baseline_text)
+    return root, path, sha256_file(path)
+
+
+def candidate(tp: int) -> Dgd:
+    return parse_dgd(RECIPE.read_text().replace("--tensor-parallel-size 4", f"--tensor-parallel-size {tp}"))
+
+
+def judge(root: Path, found: Path | None, sha: str, dgd: Dgd, pinned: tuple[str, ...] = ("tensor_parallel_size",),
+          dgd_path: str = "runs/20260601T120000Z-llama/inputs/user_provided_dgd.yaml") -> knobs.PinnedVerdict:
+    return knobs.judge_pinned(pinned, lambda: knobs.read_baseline(found, dgd_path, sha, root), dgd)
+
+
+def test_the_baseline_named_by_dgd_path_is_read_once_its_hash_is_verified(tmp_path: Path) -> None:
+    root, path, sha = experiment(tmp_path)
+    [found] = [p for p in contract_dgd_candidates("runs/20260601T120000Z-llama/inputs/user_provided_dgd.yaml", root)
+               if p.is_file()]  # the runs/<EXP_ID>/... form, EXP_ROOT's parent named "experiments"
+    assert found.resolve() == path.resolve()
+    same = judge(root, found, sha, candidate(4))
+    assert same.blockers == ()
+    assert same.evidence == {
+        "knobs": {"tensor_parallel_size": {"baseline": {"prefill": 4}, "candidate": {"prefill": 4}, "same": True}},
+        "baseline": {"path": "inputs/user_provided_dgd.yaml", "sha256": sha, "verified": True, "problem": None}}
+    [(message, fix)] = judge(root, found, sha, candidate(8)).blockers
+    assert message == "pinned knob tensor_parallel_size changed: baseline {'prefill': 4}, candidate {'prefill': 8}"
+    assert fix == knobs.CHANGED_FIX
+
+
+@pytest.mark.parametrize("case", ["missing", "edited", "outside", "not-a-dgd"])
+def test_a_baseline_that_cannot_be_verified_blocks_naming_it_and_the_fix(tmp_path: Path, case: str) -> None:
+    root, path, sha = experiment(tmp_path)
+    found: Path | None = path
+    if case == "missing":
+        path.unlink()
+        found = None
+    elif case == "edited":  # the baseline changed after the handoff hashed it
+        path.write_text(RECIPE.read_text().replace("--tensor-parallel-size 4", "--tensor-parallel-size 8"))
+    elif case == "outside":  # deployment.dgd_path resolving to another experiment's file
+        found = tmp_path / "elsewhere.yaml"
+        found.write_text(RECIPE.read_text())
+        sha = sha256_file(found)
+    else:
+        path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
+        sha = sha256_file(path)
+    verdict = judge(root, found, sha, candidate(4))  # the candidate is the recipe itself: only the baseline fails
+    [(message, fix)] = verdict.blockers
+    assert message.startswith("the baseline deployment.dgd_path 'runs/20260601T120000Z-llama/inputs/"), message
+    assert {"missing": "names no file", "edited": f"deployment.dgd_sha256 is {sha}", "outside": "outside EXP_ROOT",
+            "not-a-dgd": "DynamoGraphDeployment"}[case] in message
+    assert fix == knobs.BASELINE_FIX and "deployment.dgd_sha256" in fix
+    assert verdict.evidence["knobs"] == {} and verdict.evidence["baseline"]["verified"] is False
+
+
+def test_the_baseline_is_not_read_when_no_known_knob_is_pinned(tmp_path: Path) -> None:
+    def never() -> knobs.Baseline:
+        raise AssertionError("the baseline was read")
+
+    assert knobs.judge_pinned((), never, candidate(4)) == knobs.PinnedVerdict()
+    [(message, _)] = knobs.judge_pinned(("kv_cache_dtype",), never, candidate(4)).blockers
+    assert "'kv_cache_dtype'" in message and "no mapping" in message

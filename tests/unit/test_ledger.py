@@ -399,3 +399,18 @@ def test_resume_keeps_the_history_of_the_earlier_run(run: RunState, tmp_path: Pa
     assert data["resumes"][0]["previous_status"] == "blocked"
     assert data["resumes"][0]["previous_steps"][0]["outcome"] == "blocked"
     assert data["status"] == "in_progress" and data["steps"][0]["outcome"] == "not_run"
+
+
+def test_a_resume_keeps_the_copies_recorded_hashes_until_step_1_records_them_again(run: RunState, tmp_path: Path):
+    # A resume refused in step 1 (a hand-edited copy) must not forget what the copies were: the
+    # next rerun compares against the same hashes and refuses again instead of recopying silently.
+    entry = {"type": "deploy", "path": "artifacts/deploy-iter-000/applied_manifests/deploy.yaml",
+             "source_path": "inputs/user_provided_dgd.yaml", "source_name": "user_provided_dgd.yaml",
+             "sha256": "c" * 64, "source_sha256": "d" * 64}
+    run.ledger.data["applied_manifests"] = [entry]
+    run.end_step("step1_inputs", "passed")
+    again = RunState.create(run.settings)
+    again.attach_directory(tmp_path / "artifacts" / "deploy-iter-000", True, saved(run))
+    again.refuse_input("step1_inputs", InputError("run-scoped copy x", "was edited", "remove it"))
+    again.end_step("step1_inputs", "blocked", "edited")
+    assert saved(again)["applied_manifests"] == [entry]

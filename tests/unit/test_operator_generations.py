@@ -45,12 +45,13 @@ def fake() -> Iterator[tuple[FakeApi, Kube, list]]:
 
 
 def ready_condition(kube: Kube, grace: float = 30.0) -> waits.DgdReady:
-    return waits.DgdReady(waits.PendingTriage(kube, NS), "demo", 1, field_manager=MANAGER,
-                               failed_grace_s=grace)
+    return waits.DgdReady(waits.PendingTriage(kube, NS), "demo", {"w": 1}, field_manager=MANAGER,
+                          failed_grace_s=grace)
 
 
 def judge(cond: waits.DgdReady, obj: dict[str, Any], ready_pods: int = 1) -> tuple[bool, str]:
-    pods = {f"{NS}/demo-w-{i}": fakekube.pod(f"demo-w-{i}", NS, phase="Running", ready=True, node="n0")
+    pods = {f"{NS}/demo-w-{i}": fakekube.pod(f"demo-w-{i}", NS, phase="Running", ready=True, node="n0",
+                                             labels={"nvidia.com/dynamo-component": "w"})
             for i in range(ready_pods)}
     return cond({"dgd": {f"{NS}/demo": obj}, "pods": pods})
 
@@ -209,8 +210,8 @@ def warning(kind: str, name: str, message: str, at: str = "2026-12-01T10:00:03Z"
 
 def below(kube: Kube, *events: dict[str, Any], pods: int = 0) -> tuple[bool, str]:
     """Judge a DGD (created 10:00:00) with ``pods`` of its 2 pods and the namespace's warnings."""
-    cond = waits.DgdReady(waits.PendingTriage(kube, NS), "demo", 2, field_manager=MANAGER,
-                               components=("Frontend", "VllmDecodeWorker"))
+    cond = waits.DgdReady(waits.PendingTriage(kube, NS), "demo", {"Frontend": 1, "VllmDecodeWorker": 1},
+                          field_manager=MANAGER)
     obj = dgd("pending", ready=False)
     obj["metadata"]["creationTimestamp"] = "2026-12-01T10:00:00Z"
     made = {f"{NS}/demo-p{i}": fakekube.pod(f"demo-p{i}", NS, phase="Running", ready=True, node="n0")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from deploy_suite.errors import StepBlocked
+from deploy_suite.model.dgd import load_dgd
 from deploy_suite.model.files import sha256_file
 from deploy_suite.procedure import validate
 from deploy_suite.procedure.runstate import RunState
@@ -196,3 +197,27 @@ def test_the_ledger_hashes_the_copies_as_step_2_leaves_them(tmp_path: Path, monk
     result.record(ledger)
     assert [e["sha256"] for e in ledger.data["applied_manifests"]] == [
         sha256_file(run.manifests["deploy"]), sha256_file(run.manifests["model-cache"])]
+
+
+def test_a_baseline_that_cannot_be_found_makes_pinned_ok_false(tmp_path: Path) -> None:
+    # Iteration 1 with resources.pinned, the baseline deployment.dgd_path names gone from EXP_ROOT:
+    # the gate blocks (class pinned) instead of passing an uncompared candidate.
+    recipe = Path(__file__).parent / "data" / "recipes" / "llama-3-70b" / "vllm-agg-deploy.yaml"
+    deploy = tmp_path / "artifacts" / "deploy-iter-001" / "applied_manifests" / "deploy.yaml"
+    deploy.parent.mkdir(parents=True)
+    deploy.write_text(recipe.read_text())
+    workload = {"deployment": {"dgd_path": "inputs/user_provided_dgd.yaml", "dgd_sha256": "c" * 64},
+                "resources": {"pinned": ["precision", "tensor_parallel_size"]}}
+    gate = validate.Validator(SimpleNamespace(context=CONTEXT), ValidationInputs(  # type: ignore[arg-type]
+        namespace="ns", deploy_path=deploy, support_paths={}, baseline_dgd_path=None, workload=workload,
+        display_root=tmp_path))
+    gate.check_pinned(load_dgd(deploy))
+    [finding] = gate.report.blockers
+    assert finding.category == "pinned" and "'inputs/user_provided_dgd.yaml' names no file" in finding.message
+    assert "deployment.dgd_sha256" in finding.fix
+
+    run = RunState.create(settings(tmp_path))
+    run.begin_step("step2_validate")
+    run.record(Preflight(gate.report, None, None, []))
+    assert run.ledger.data["preflight"]["pinned_ok"] is False
+    assert run.ledger.data["preflight"]["pinned"]["baseline"]["verified"] is False

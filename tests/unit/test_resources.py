@@ -14,8 +14,8 @@ import pytest
 from deploy_suite.access.kube import Kube, Resource
 from deploy_suite.judges import dra
 from deploy_suite.judges.capacity import check_capacity
-from deploy_suite.model.dgd import DraClaim, load_dgd, parse_dgd
-from deploy_suite.model.scheduling import pod_requests, show_quantity
+from deploy_suite.model.dgd import load_dgd, parse_dgd
+from deploy_suite.model.scheduling import DraClaim, pod_requests, show_quantity
 from deploy_suite.procedure.validate import ValidationInputs, Validator
 from deploy_suite.vocab import BlockerClass
 from deploy_suite.yamlio import load_all, load_yaml_text

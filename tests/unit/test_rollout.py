@@ -62,7 +62,7 @@ def fake() -> Iterator[tuple[FakeApi, Kube, list]]:
 
 def make_run(tmp_path: Path, *, iteration: int = 0, previous: Any = None, support: dict[str, str] | None = None,
              keep_on_failure: bool = False, step: str = "step3_retire_previous",
-             **timeouts: float) -> RunState:
+             support_order: tuple[str, ...] = (), **timeouts: float) -> RunState:
     """A real RunState whose step 1 result is a stand-in with what steps 3-6 read."""
     deploy_root = tmp_path / "artifacts" / f"deploy-iter-{iteration:03d}"
     copies = deploy_root / "applied_manifests"
@@ -75,7 +75,7 @@ def make_run(tmp_path: Path, *, iteration: int = 0, previous: Any = None, suppor
     settings = Settings(iteration=iteration, exp_root=tmp_path, workload=tmp_path / "user_workload.yaml",
                         workload_sha256="0" * 64, dgd=tmp_path / "dgd.yaml", dgd_sha256="0" * 64,
                         provenance="user-interviewer", keep_on_failure=keep_on_failure,
-                        timeouts=Timeouts(**timeouts))
+                        support_order=support_order, timeouts=Timeouts(**timeouts))
     run = RunState.create(settings)
     workload = SimpleNamespace(namespace=NS, kube_context="fake-ctx", max_failed_deploys=None)
     run.prepared = SimpleNamespace(exp_root=tmp_path, deploy_root=deploy_root, workload=workload, dgd_name="demo",
@@ -109,7 +109,7 @@ def test_retire_at_iteration_0_records_the_context_and_touches_no_cluster(fake, 
     assert retired.retired is None and api.requests == []
     change = retired.context_change
     assert change is not None and (change["from"], change["to"]) == (None, "fake-ctx")
-    assert "cluster_context: fake-ctx" in (tmp_path / "manifest.yaml").read_text()
+    assert 'cluster_context: "fake-ctx"' in (tmp_path / "manifest.yaml").read_text()
     assert run.evidence == {"manifest_context_update": change}
     assert run.ledger.data["retired_previous"] is None
 
@@ -220,11 +220,42 @@ def test_support_applies_in_order_waits_for_the_claim_and_the_job(fake, tmp_path
     assert api.watches_left() == 0
     assert [j.job for j in result.jobs] == ["model-download"] and result.jobs[0].outcome == "Complete"
     assert run.evidence == {
+        "order": {"types": ["model-cache", "model-download"], "by": "procedure"},
         "applied": ["artifacts/deploy-iter-000/applied_manifests/model-cache.yaml",
                     "artifacts/deploy-iter-000/applied_manifests/model-download.yaml"],
         "jobs": [result.jobs[0].as_dict()], "pvcs": {"model-cache": "Bound"}}
     assert set(result.jobs[0].as_dict()) == {"type", "job", "outcome", "conditions", "seconds", "log_file",
                                               "log_excerpt", "completed_at"}
+
+
+VALIDATE = DOWNLOAD.replace("model-download", "model-validate")
+
+
+def test_the_handoffs_support_order_is_followed_each_manifest_done_before_the_next(fake, tmp_path: Path) -> None:
+    # The user's instructions: check the cache before downloading into it (the procedure's own order
+    # would download first).
+    api, kube, _ = fake
+    api.watchers = 2
+    cache_and_download(api)
+    api.script_watch(JOB, NS, [event("MODIFIED", job("model-validate", NS, "SuccessCriteriaMet", "Complete"))],
+                     [event("MODIFIED", job("model-download", NS, "SuccessCriteriaMet", "Complete"))])
+    run = make_run(tmp_path, step="step4_support_manifests",
+                   support={"model-download": DOWNLOAD, "model-cache": CACHE, "model-validate": VALIDATE},
+                   support_order=("model-cache", "model-validate", "model-download"))
+    result = run.record(support.support(run, kube))
+    applied = [(r.path.rsplit("/", 2)[1], r.body["metadata"]["name"]) for r in api.of("PATCH")]
+    assert applied == [("persistentvolumeclaims", "model-cache"), ("jobs", "model-validate"),
+                       ("jobs", "model-download")]
+    # Each Job was awaited (its wait lists it, then watches it) before the next manifest was applied.
+    steps = [(r.method, r.path.rsplit("/", 1)[1] if r.method == "PATCH" else r.query["fieldSelector"])
+             for r in api.requests if "/jobs" in r.path and r.method in ("PATCH", "GET")]
+    assert steps == [("PATCH", "model-validate"), ("GET", "metadata.name=model-validate"),
+                     ("PATCH", "model-download"), ("GET", "metadata.name=model-download")]
+    assert [j.job for j in result.jobs] == ["model-validate", "model-download"]
+    assert run.evidence["order"] == {"types": ["model-cache", "model-validate", "model-download"],
+                                     "by": "handoff support_order"}
+    assert [p.rsplit("/", 1)[1] for p in run.evidence["applied"]] == [
+        "model-cache.yaml", "model-validate.yaml", "model-download.yaml"]
 
 
 def test_a_wait_for_first_consumer_claim_is_not_awaited(fake, tmp_path: Path) -> None:
@@ -605,7 +636,8 @@ def test_readiness_times_out_at_its_bound(fake, tmp_path: Path) -> None:
     error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     assert error.category == "timeout" and not partial.failed_attempt
     assert str(error).startswith("timed out after 120s waiting for dgd/demo Ready with all pods ready; last seen: "
-                                 "dgd/demo state=pending Ready=False (NotReady), pods ready 0/2 (the hard cap ")
+                                 "dgd/demo state=pending Ready=False (NotReady), pods ready 0/2 (short: Frontend "
+                                 "0/1, VllmDecodeWorker 0/1) (the hard cap ")
     assert "last progress: readiness wait started" in str(error)  # no pod ever appeared
 
 

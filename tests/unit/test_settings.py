@@ -275,6 +275,36 @@ def test_support_on_the_command_line_replaces_the_handoff_list_as_a_whole(tmp_pa
     assert overridden.support == (SupportInput("model-validate", tmp_path / "v.yaml"),)
 
 
+def test_a_handoffs_support_order_is_the_sequence_step_4_follows(tmp_path: Path):
+    # The user's deployment instructions: validate the cache before downloading into it.
+    support = {"model-cache": "c.yaml", "model-download": ["d-fp8.yaml", "d-bf16.yaml"], "model-validate": "v.yaml"}
+    order = ["model-cache", "model-validate", "model-download"]
+    handoff = write_handoff(tmp_path / "h.yaml", support=support, support_order=order)
+    settings = build_settings(minimal_cli(), invocation_dir=tmp_path, handoff_path=handoff)
+    assert settings.support_order == tuple(order)
+    assert settings.public_record()["support_order"] == order
+    assert build_settings(minimal_cli(), invocation_dir=tmp_path,
+                          handoff_path=write_handoff(tmp_path / "none.yaml", support=support)).support_order == ()
+
+
+@pytest.mark.parametrize(("order", "needles"), [
+    ("model-cache", ["must be a list of support types"]),
+    (["model-cache", "model-weights", "model-download"], ["names 'model-weights', not a support type"]),
+    (["model-cache", "model-cache", "model-download"], ["names model-cache twice"]),
+    (["model-download"], ["leaves out model-cache, which was handed over"]),
+    (["model-cache", "model-download", "model-validate"], ["names model-validate, which was not handed over"]),
+])
+def test_a_support_order_that_is_not_each_handed_off_type_once_is_refused(tmp_path: Path, order: Any,
+                                                                         needles: list[str]):
+    handoff = write_handoff(tmp_path / "h.yaml", support={"model-cache": "c.yaml", "model-download": "d.yaml"},
+                            support_order=order)
+    error = refused(minimal_cli(), tmp_path, handoff)
+    assert str(error).startswith("handoff key 'support_order': ")
+    assert_one_line(error, *needles,
+                   "fix: list each handed-off support type once, in the order to apply them: "
+                   "support_order: [model-cache, model-download]")
+
+
 def test_the_sample_handoff_and_the_command_line(exp: Experiment, tmp_path: Path):
     from_handoff = build_settings({}, invocation_dir=tmp_path, handoff_path=exp.handoff0)
     assert from_handoff.exp_root.resolve() == exp.exp_root.resolve()
@@ -351,7 +381,8 @@ def test_public_record_holds_no_secret_looking_value_and_no_path(tmp_path: Path)
     settings = build_settings(minimal_cli(kubeconfig=str(kubeconfig), storage_class="fast", keep_on_failure=True),
                               invocation_dir=tmp_path)
     record = settings.public_record()
-    assert set(record) == {"storage_class", "smoke_prompt", "keep_on_failure", "kubeconfig_given", "timeouts"}
+    assert set(record) == {"storage_class", "smoke_prompt", "keep_on_failure", "support_order", "kubeconfig_given",
+                           "timeouts"}
     assert record["kubeconfig_given"] is True
     assert record["timeouts"] == Timeouts().as_dict()
     text = json.dumps(record)  # what goes into every ledger must be JSON as it is

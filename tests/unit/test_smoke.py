@@ -428,24 +428,25 @@ def test_parse_instance_id(log: str, expected: int | None) -> None:
 
 def test_the_frontend_service_is_the_endpoint_when_it_exists() -> None:
     kube = FakeKube(services={"demo-frontend"}, pods=[pod("w-0")])
-    assert smoke.find_endpoint(kube, "ns", "demo", False, "demo-frontend") == SERVICE  # type: ignore[arg-type]
+    assert smoke.find_endpoint(kube, "ns", DEMO, False, "demo-frontend") == SERVICE  # type: ignore[arg-type]
 
 
 def test_without_a_service_the_first_ready_worker_is_the_endpoint() -> None:
     kube = FakeKube(pods=[pod("w-1"), pod("w-0", ready=False), pod("epp-0", "epp"), pod("x-0", dgd_name="other"),
                           pod("w-2", "decode")],
                     logs={("w-1", "sidecar"): "registered instance_id=0x10"})
-    assert smoke.find_endpoint(kube, "ns", "demo", False, "demo-frontend") == \
+    assert smoke.find_endpoint(kube, "ns", DEMO, False, "demo-frontend") == \
         smoke.Endpoint("worker-pod", "pod/w-1")  # type: ignore[arg-type]
     kube.pods[0] = pod("w-1", containers=("main", "sidecar"))
-    found = smoke.find_endpoint(kube, "ns", "demo", True, None)  # type: ignore[arg-type]
+    found = smoke.find_endpoint(kube, "ns", DEMO, True, None)  # type: ignore[arg-type]
     assert found == smoke.Endpoint("worker-pod", "pod/w-1", worker_instance_id=16)
     assert found.as_dict() == {"kind": "worker-pod", "target": "pod/w-1", "port": 8000, "worker_instance_id": 16}
 
 
 def test_no_service_and_no_ready_worker_is_an_error() -> None:
-    with pytest.raises(SuiteError, match="no frontend Service and no ready worker pod for DGD demo in ns"):
-        smoke.find_endpoint(FakeKube(pods=[pod("w-0", ready=False)]), "ns", "demo", False, None)  # type: ignore[arg-type]
+    with pytest.raises(SuiteError, match=r"no frontend Service and no ready worker pod \(with a frontend sidecar or "
+                       "not\\) for DGD demo in ns"):
+        smoke.find_endpoint(FakeKube(pods=[pod("w-0", ready=False)]), "ns", DEMO, False, None)  # type: ignore[arg-type]
 
 
 def beta_dgd(main: str = "", sidecar: str = "") -> str:
@@ -470,6 +471,9 @@ spec:
           {main}
         {sidecar}
 """
+
+
+DEMO = parse_dgd(beta_dgd())
 
 
 @pytest.mark.parametrize(("main", "sidecar", "direct"), [

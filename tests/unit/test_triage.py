@@ -176,7 +176,7 @@ def test_the_direct_routing_instance_id_is_read_from_logs_as_decimal(log, expect
 # gives up on it, against the in-memory apiserver (tests/fakekube.py) with a FakeClock.
 
 NS = "demo"
-DGD_LABEL = {"nvidia.com/dynamo-graph-deployment-name": "d"}
+DGD_LABEL = {"nvidia.com/dynamo-graph-deployment-name": "d", "nvidia.com/dynamo-component": "worker"}
 
 
 @pytest.fixture
@@ -256,7 +256,7 @@ def test_a_job_pod_waiting_for_capacity_waits_and_the_job_completes(fake):
 
 
 def ready_wait(kube, nodes=NODES, expected=1, allocated=None):
-    return waits.DgdReady(waits.PendingTriage(kube, NS, nodes, recheck_s=45.0), "d", expected, allocated)
+    return waits.DgdReady(waits.PendingTriage(kube, NS, nodes, recheck_s=45.0), "d", {"worker": expected}, allocated)
 
 
 def test_readiness_records_contention_and_triages_each_new_verdict_once(fake):

@@ -6,7 +6,9 @@ Served by the webhook server when the cluster runs the newest profile with
 * a service ``<name>`` <-> a component ``{name: <name>}``; ``componentType`` <-> ``type``, with a
   v1alpha1 worker whose ``subComponentType`` is prefill/decode becoming a v1beta1 prefill/decode
   component (and back); ``replicas``, ``multinode`` as they are;
-* ``extraPodSpec`` <-> ``podTemplate.spec``: ``mainContainer`` is the container named ``main``;
+* ``extraPodSpec`` <-> ``podTemplate.spec``: ``mainContainer`` is the container named ``main``; a
+  v1alpha1 ``frontendSidecar`` spec becomes the container ``sidecar-frontend`` that v1beta1's
+  ``frontendSidecar`` names (back: a plain container, the name kept in the annotation below);
   ``extraPodMetadata`` and the service's ``labels``/``annotations`` <-> ``podTemplate.metadata``;
 * v1alpha1 ``envs`` (graph and service), ``envFromSecret`` and ``resources`` (cpu, memory, gpu,
   custom) are folded into the main container (``gpu`` as ``nvidia.com/gpu``);
@@ -24,6 +26,7 @@ import copy
 import json
 from typing import Any
 
+from deploy_suite.model.frontend import SIDECAR_CONTAINER
 from deploy_suite.offline.operator_sim.plan import merge_env
 
 Obj = dict[str, Any]
@@ -33,6 +36,7 @@ BETA = "nvidia.com/v1beta1"
 STASH = "nvidia.com/last-applied-other-version-spec"
 GPU = "nvidia.com/gpu"
 MAIN = "main"
+SIDECAR = SIDECAR_CONTAINER  # the container a v1alpha1 frontendSidecar spec becomes
 SPLIT_TYPES = ("prefill", "decode")
 
 
@@ -58,6 +62,18 @@ def _main_from_alpha(spec: Obj, svc: Obj) -> Obj:
     return main
 
 
+def _frontend_sidecar_from_alpha(sidecar: Obj) -> Obj:
+    """v1alpha1 ``frontendSidecar: {image, args, envFromSecret, envs}`` as the v1beta1 container it names."""
+    container: Obj = {"name": SIDECAR, "image": sidecar.get("image")}
+    if sidecar.get("args"):
+        container["args"] = list(sidecar["args"])
+    if sidecar.get("envs"):
+        container["env"] = copy.deepcopy(sidecar["envs"])
+    if sidecar.get("envFromSecret"):
+        container["envFrom"] = [{"secretRef": {"name": sidecar["envFromSecret"]}}]
+    return container
+
+
 def alpha_spec_to_beta(spec: Obj) -> Obj:
     out = {k: copy.deepcopy(v) for k, v in spec.items() if k not in ("services", "envs")}
     components = []
@@ -72,6 +88,9 @@ def alpha_spec_to_beta(spec: Obj) -> Obj:
         extra = copy.deepcopy(svc.get("extraPodSpec") or {})
         extra.pop("mainContainer", None)
         sidecars = [c for c in extra.pop("containers", None) or [] if c.get("name") != MAIN]
+        if isinstance(svc.get("frontendSidecar"), dict):  # a spec: the container it stands for, named
+            sidecars.append(_frontend_sidecar_from_alpha(svc["frontendSidecar"]))
+            comp["frontendSidecar"] = SIDECAR
         pod_spec = {**extra, "containers": [_main_from_alpha(spec, svc), *sidecars]}
         meta_src = svc.get("extraPodMetadata") or {}
         meta = {k: v for k, v in {

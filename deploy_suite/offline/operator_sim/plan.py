@@ -4,9 +4,12 @@ The real operator's observable contract, as :mod:`deploy_suite.offline.operator_
 per component an ``apps/v1`` Deployment ``<dgd>-<lowercased component>`` (multinode: replicas x
 nodeCount pods) whose pods carry the operator's labels and the DGD's pod spec (image, command,
 args, env + DYN_NAMESPACE/DYN_COMPONENT/DYN_DISCOVERY_BACKEND, envFrom, GPU requests and limits,
-scheduling, pull secrets, PVC volumes, /dev/shm); a frontend Service ``<dgd>-<frontend>`` on port
-8000; ownerReferences on every child. No Kubernetes access here: :func:`build_plan` takes the
-DGD object and returns a :class:`Plan`, or raises ``ReconcileError`` for what the operator rejects.
+scheduling, pull secrets, PVC volumes, /dev/shm); a frontend sidecar where the component asks for
+one (v1alpha1 ``frontendSidecar: {image, args, ...}`` built into a container ``sidecar-frontend``,
+v1beta1 ``frontendSidecar: <container>`` given the frontend's defaults); a frontend Service
+``<dgd>-<frontend>`` on port 8000; ownerReferences on every child. No Kubernetes access here:
+:func:`build_plan` takes the DGD object and returns a :class:`Plan`, or raises ``ReconcileError``
+for what the operator rejects.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from deploy_suite.constants import (
     V1BETA1,
 )
 from deploy_suite.errors import InputError
+from deploy_suite.model import frontend
 from deploy_suite.model.dgd import COMPONENT_TYPES, MAIN_CONTAINER, WORKER_TYPES, Component, Dgd, from_documents
 from deploy_suite.model.podspec import flag_value, split_args
 from deploy_suite.offline.errors import ReconcileError
@@ -69,7 +73,7 @@ class Plan:
     deployments: dict[str, Obj]  # component name -> Deployment manifest
     services: list[Obj]
     frontends: list[str]  # frontend component names
-    gaie: bool  # an epp component and no frontend: the frontend is a sidecar in worker pods
+    gaie: bool  # no frontend component: the frontend is a sidecar in other components' pods
     served_model: str
     router_mode: str
     sidecars: dict[str, str] = field(default_factory=dict)  # component -> frontend sidecar container
@@ -83,10 +87,10 @@ class Plan:
         return bool(self.frontends) or self.gaie
 
     def served_components(self) -> list[str]:
-        """Components whose pods expose the OpenAI port (frontends, or gaie workers)."""
+        """Components whose pods expose the OpenAI port (frontends, or those with a frontend sidecar)."""
         if self.frontends:
             return list(self.frontends)
-        return [c.name for c in self.model.components if c.type in WORKER_TYPES] if self.gaie else []
+        return list(self.sidecars) if self.gaie else []
 
     @property
     def signature(self) -> tuple[str, str]:
@@ -282,22 +286,55 @@ def build_plan(obj: Obj) -> Plan:
             raise ReconcileError(f"{_FAILED}: component {c.name!r}: container {MAIN_CONTAINER!r} has no image")
         pod = _alpha_pod(spec, raw, c) if alpha else _beta_pod(raw, c)
         _operator_defaults(c, pod, dyn_ns)
+        if alpha and isinstance(raw.get("frontendSidecar"), dict):
+            pod.spec["containers"].append(_alpha_frontend_sidecar(raw["frontendSidecar"]))
         sidecar = _frontend_sidecar(raw, pod.spec["containers"])
+        if sidecar and raw.get("frontendSidecar") is not None:
+            _frontend_defaults(next(ct for ct in pod.spec["containers"] if ct.get("name") == sidecar), dyn_ns)
         if sidecar:
             sidecars[c.name] = sidecar
         deployments[c.name] = _deployment(model, c, pod, namespace, owner, dyn_ns)
     frontends = [c.name for c in model.components if c.type == "frontend"]
     services = [_frontend_service(model, model.component(fe), namespace, owner, dyn_ns) for fe in frontends]
-    gaie = not frontends and any(c.type == "epp" for c in model.components)
+    gaie = not frontends and bool(sidecars)
     workers = [c for c in model.components if c.is_worker]
     served = next((c.served_model for c in workers if c.served_model), None) or name
     return Plan(namespace, name, alpha, model, deployments, services, frontends, gaie, served,
                 _router_mode(deployments, frontends if frontends else list(sidecars), sidecars), sidecars)
 
 
+def _alpha_frontend_sidecar(spec: Obj) -> Obj:
+    """The container the operator builds from a v1alpha1 ``frontendSidecar`` spec (its
+    ``generateFrontendSidecar``): ``args`` replace the default ones, ``envs`` and ``envFromSecret`` added."""
+    container: Obj = {"name": frontend.SIDECAR_CONTAINER, "image": spec.get("image"),
+                      "args": list(spec.get("args") or frontend.DEFAULT_ARGS)}
+    if spec.get("envs"):
+        container["env"] = copy.deepcopy(spec["envs"])
+    if spec.get("envFromSecret"):
+        container["envFrom"] = [{"secretRef": {"name": spec["envFromSecret"]}}]
+    return container
+
+
+def _frontend_defaults(container: Obj, dyn_ns: str) -> None:
+    """What the operator merges into a frontend sidecar (its FrontendDefaults): the command, port
+    ``http`` 8000, probes on it and the Dynamo env, under what the container says."""
+    container["command"] = container.get("command") or list(frontend.DEFAULT_COMMAND)
+    container["args"] = container.get("args") or list(frontend.DEFAULT_ARGS)
+    ports = container.setdefault("ports", [])
+    if all(p.get("name") != "http" for p in ports):
+        ports.append({"name": "http", "containerPort": FRONTEND_PORT, "protocol": "TCP"})
+    container.setdefault("livenessProbe", {"httpGet": {"path": "/live", "port": "http"}, "periodSeconds": 10})
+    container.setdefault("readinessProbe", {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10})
+    _set_default_env(container, {"DYNAMO_PORT": str(FRONTEND_PORT), "DYN_HTTP_PORT": str(FRONTEND_PORT),
+                                 "DYN_NAMESPACE_PREFIX": dyn_ns, "DYN_DISCOVERY_BACKEND": "kubernetes"})
+
+
 def _frontend_sidecar(raw: Obj, containers: list[Obj]) -> str | None:
-    """The container running a Dynamo frontend next to ``main`` (gaie worker pods)."""
+    """The container running a Dynamo frontend next to ``main``: the one ``frontendSidecar`` names
+    (v1alpha1: the container built from it), else one whose command runs the frontend."""
     named = raw.get("frontendSidecar")
+    if isinstance(named, dict):
+        named = frontend.SIDECAR_CONTAINER
     if isinstance(named, str) and any(c.get("name") == named for c in containers):
         return named
     for c in containers:
