@@ -133,7 +133,8 @@ class Devices:
         self.per_node: dict[str, Counter[str]] = {}
         self.shared: Counter[str] = Counter()
         for item in slices:
-            spec = item.get("spec") or {}
+            listed = isinstance((item.get("spec") or {}).get("devices"), list)  # as listed, not slimmed yet
+            spec = (slim_slice(item) if listed else item).get("spec") or {}
             driver, count = str(spec.get("driver") or ""), int(spec.get("devices") or 0)
             if spec.get("nodeName"):
                 self.per_node.setdefault(driver, Counter())[str(spec["nodeName"])] += count

@@ -259,7 +259,8 @@ def test_a_driver_that_publishes_no_device_on_the_nodes_the_pods_may_use_is_neve
     (line,) = result.never_offered
     assert "asks 2 device(s) of class rdma.example.com (driver rdma.example.com); none of the 3 node(s)" in line
     assert "(devices in ResourceSlices: gpu-0 (1), cpu-0 (0), gpu-1 (0))" in line
-    for slices in ([a_slice("rdma.example.com", "gpu-1", 2)], [a_slice("rdma.example.com", None, 4)]):
+    as_listed = {"spec": {"driver": "rdma.example.com", "nodeName": "gpu-1", "devices": [{"name": "a"}, {"name": "b"}]}}
+    for slices in ([a_slice("rdma.example.com", "gpu-1", 2)], [a_slice("rdma.example.com", None, 4)], [as_listed]):
         ok = check_capacity(parse_dgd(claiming("nic")), NODES, [], namespace=NS,
                             dra=view(classes=classes, slices=slices, templates=tmpl))
         assert ok.outcome == "sufficient" and not ok.never_offered, slices
