@@ -8,7 +8,7 @@ that callers and the ledger deal with a handful of meaningful types::
     +-- InputError                  bad user input: one line naming the input and the fix
     |   +-- DeploymentLocked        another run of this iteration holds the directory
     +-- StepBlocked                 a prerequisite is missing: ledger "blocked", later steps skip
-    +-- StepFailure                 an attempt failed: ledger "failed", with category and evidence
+    +-- StepFailure                 a step cannot succeed: ledger "failed" for a failed attempt, else "blocked"
     +-- KubeError                   an API answer we did not expect (HTTP status)
     |   +-- NotFound, Forbidden, Conflict, Invalid
     |   +-- Unavailable             no answer, 5xx, dropped connection (temporary)
@@ -86,8 +86,10 @@ class StepBlocked(SuiteError):
 
 class StepFailure(SuiteError):
     """A step cannot succeed. ``category`` names why (``crash``, ``job-failed``, ...: ``vocab.StopCategory``);
-    ``failed_attempt`` says whether it counts against the failed-deploy budget; ``result`` is the
-    step's typed result as far as it got, recorded in the ledger before the step fails."""
+    ``failed_attempt`` says whether it is the candidate's own failure: then the run ends ``failed``
+    and it counts against the failed-deploy budget; otherwise the run ends ``blocked`` with the class
+    of its category (docs/procedure.md, "Outcomes"). ``result`` is the step's typed result as far as
+    it got, recorded in the ledger before the step stops."""
 
     def __init__(self, message: str, category: StopCategory = FailureCategory.FAILED, evidence: Sequence[str] = (),
                  failed_attempt: bool = False, log_excerpt: str = "",

@@ -1,6 +1,7 @@
 """``deploy-suite status EXP_ROOT [--json]``: where an experiment stands, read from its files only.
 
-One line (``--json``: one object) per iteration: status, blocker class, failed attempts, DGD,
+One line (``--json``: one object) per iteration: status, blocker class, failed attempts (and what
+the ledger counts against ``max_failed_deploys``: :func:`deploy_suite.record.experiment.failed_deploys`), DGD,
 endpoint, smoke result, GPU-hours; then the experiment's budgets and the next action, which is
 what the skill file (.agents/skills/deploy-dynamo-recipe/SKILL.md) tells an agent to do. The
 ledgers are read as the experiment page reads them (:func:`deploy_suite.reports.experiment.load`):
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from deploy_suite.record import resume
+from deploy_suite.record import experiment, resume
 from deploy_suite.reports import experiment as experiment_page
 
 SCHEMA_VERSION = 1
@@ -76,6 +77,7 @@ def iteration_status(root: Path, it: experiment_page.Iteration, as_of: str | Non
         "current_step": data.get("current_step"),
         "blocker_class": blockers[0]["class"] if blockers else None, "blockers": blockers,
         "failed_attempts": len([a for a in data.get("failed_attempts") or [] if isinstance(a, Mapping)]),
+        "failed_deploys": experiment.failed_deploys_in(data),
         "diagnosis": _diagnosis(data) if data.get("status") == "failed" else None,
         "dgd": data.get("dgd_name"), "endpoint": _endpoint(data), "smoke": _smoke(data),
         "gpus_requested": data.get("gpus_requested") or 0,
@@ -141,8 +143,10 @@ def render_text(doc: Mapping[str, Any]) -> str:
         endpoint = it["endpoint"]
         where = f"{endpoint['kind']} {endpoint['target']}:{endpoint['port']}" if endpoint else "-"
         blocker = it["blockers"][0] if it["blockers"] else None
+        # A ledger of the older rule counts a run that ended failed without an attempt: said so.
+        counted = f" (counted {it['failed_deploys']})" if it["failed_deploys"] != it["failed_attempts"] else ""
         lines.append(f"{it['deploy_id']}  {it['status']}  blocker {blocker['class'] if blocker else '-'}  "
-                     f"failed attempts {it['failed_attempts']}  dgd {it['dgd'] or '-'}  endpoint {where}  "
+                     f"failed attempts {it['failed_attempts']}{counted}  dgd {it['dgd'] or '-'}  endpoint {where}  "
                      f"smoke {it['smoke']['result']}  GPU-hours {it['gpu_hours']:.3f}"
                      + (f"  ({blocker['message']})" if blocker else ""))
     budgets = doc["budgets"]

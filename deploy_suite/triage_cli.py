@@ -1,8 +1,10 @@
-"""``deploy-suite triage EVENTS [--pods FILE] [--nodes FILE] [--logs FILE]... [--json]``: step 6's triage, offline.
+"""``deploy-suite triage EVENTS [--pods FILE]... [--nodes FILE] [--logs FILE]... [--json]``: step 6's triage, offline.
 
 Reads what ``kubectl get events -o json`` prints (a file, or ``-`` for stdin) and, optionally, what
-``kubectl get pods -o json`` (any kinds: pods, DCDs, ReplicaSets, PodGroups, Workloads) and
-``kubectl get nodes -o json`` print, and prints one line per object with a verdict: the object,
+``kubectl get pods -o json`` prints (``--pods``, or its alias ``--objects``, repeatable: any kinds,
+pods, DCDs, ReplicaSets, PodGroups, Grove's PodCliqueSets/PodCliques/PodCliqueScalingGroups/PodGangs,
+LeaderWorkerSets, Kueue Workloads) and ``kubectl get nodes -o json``, and prints one line per object
+with a verdict: the object,
 the action, the category and the evidence. The verdicts are :func:`triage_objects.triage_all`'s,
 the same classifier step 6 uses. Exit codes (docs/triage.md): 0 nothing needs action (every
 verdict is ``wait``, or none), 1 some verdict needs action (``failed-attempt``, ``fix-dependency``
@@ -119,8 +121,10 @@ def exit_code(findings: Sequence[triage_objects.Finding]) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="deploy-suite triage", description=__doc__.splitlines()[0].split(": ", 1)[1])
     parser.add_argument("events", help="kubectl get events -o json output: a file, or - for stdin")
-    parser.add_argument("--pods", metavar="FILE", help="kubectl get pods -o json output (other kinds too: "
-                                                       "dcd, rs, podgroups, workloads); - for stdin")
+    parser.add_argument("--pods", "--objects", metavar="FILE", action="append", default=[],
+                        help="kubectl get -o json output of pods and any other kinds (dcd, rs, podgroups, workloads, "
+                             "podcliquesets, podcliques, podcliquescalinggroups, podgangs, leaderworkersets); "
+                             "repeatable; - for stdin")
     parser.add_argument("--nodes", metavar="FILE", help="kubectl get nodes -o json output: oversized requests, "
                                                         "taint names, a missing GPU device plugin")
     parser.add_argument("--logs", metavar="FILE", action="append", default=[],
@@ -130,14 +134,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="next-check interval a wait verdict names (default 30)")
     args = parser.parse_args(argv)
     try:
-        if [args.events, args.pods, args.nodes].count("-") > 1:
+        if [args.events, *args.pods, args.nodes].count("-") > 1:
             raise InputError("stdin", "is named by more than one input", "pass at most one input as -")
         events = _events(items_of(read_json(args.events, "events", _FIX_EVENTS), args.events, "events",
                                   _FIX_EVENTS, ("Event",)), args.events)
         objects: list[dict[str, Any]] = []
-        if args.pods:
-            fix = "pass what `kubectl get pods -o json` prints"
-            objects = items_of(read_json(args.pods, "--pods", fix), args.pods, "--pods", fix, default_kind="Pod")
+        fix = "pass what `kubectl get pods -o json` (or any other kind) prints"
+        for source in args.pods:
+            objects += items_of(read_json(source, "--pods", fix), source, "--pods", fix, default_kind="Pod")
         nodes = None
         if args.nodes:
             fix = "pass what `kubectl get nodes -o json` prints"

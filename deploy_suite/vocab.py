@@ -34,7 +34,9 @@ class StepOutcome(StrEnum):
 
 
 class BlockerClass(StrEnum):
-    """A ``StepBlocked``'s category, the ledger's ``blockers[].class``: which prerequisite is missing."""
+    """A ``StepBlocked``'s category, the ledger's ``blockers[].class``: which prerequisite is missing,
+    or, for a step that stopped on something other than the candidate's own failure (a failed
+    attempt), what stopped it (docs/procedure.md, "Outcomes": ``deploy_suite.procedure.stops``)."""
 
     INPUT = "input"
     NAMESPACE = "namespace"
@@ -55,6 +57,16 @@ class BlockerClass(StrEnum):
     OWNERSHIP = "ownership"
     BUDGET = "budget"
     SERVED_MODEL = "served-model"
+    # A step stopped by what is not the candidate's failure (never a failed attempt):
+    DEPENDENCY = "dependency"  # a secret key, a quota, a pull refused on auth, a claim, an admission refusal
+    JOB = "job"  # a support Job failed or timed out (the candidate was never applied)
+    RECONCILE_ERROR = "reconcile-error"  # the operator's error on the DGD, not known to be the candidate's
+    NO_PROGRESS = "no-progress"  # the readiness wait saw nothing advance for its bound
+    TIMEOUT = "timeout"  # a bound ran out while things still advanced
+    FRONTEND_SERVICE = "frontend-service"  # ready pods but no frontend Service from the operator
+    SMOKE = "smoke"  # a smoke gate failed on a deployment step 6 judged ready
+    API_ERROR = "api-error"  # the API server refused or failed a request of the run
+    ERROR = "error"  # an error no judge classified (the harness's own): reported, never charged
 
 
 class TriageCategory(StrEnum):
@@ -95,6 +107,14 @@ class FailureCategory(StrEnum):
     API_ERROR = "api-error"
     MISSING_FRONTEND_SERVICE = "missing-frontend-service"
     SMOKE = "smoke"
+
+
+class WaitingSign(StrEnum):
+    """Why step 6 waits on a pod that reached no new milestone (``judges.waiting``): not "no progress"."""
+
+    HELD = "held"  # a hold decision: contention, a node being provisioned, a gang being assembled
+    PULLING = "pulling"  # the kubelet pulls its image (``Pulling``, no failure)
+    LOADING = "loading"  # a container running without restarts, not ready yet (a model loading)
 
 
 # What a StepFailure's ``category`` holds: its own failure category or the verdict that stopped it.

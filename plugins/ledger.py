@@ -7,8 +7,9 @@ only when the run deploys. The plugin then
 * orders the collected step tests by the registry in ``deploy_suite.procedure.runstate``;
 * skips a step with ``blocked by <step>: <reason>`` when an earlier one failed, blocked or did
   not run (the procedure's order is a safety order: nothing mutates before validation);
-* judges each step's outcome: ``InputError`` / ``StepBlocked`` => ``blocked`` shown as one line
-  (no traceback), any other exception => ``failed``;
+* judges each step's outcome: ``InputError`` => ``blocked`` shown as one line (no traceback);
+  any other exception by one rule (``RunState.stop_step``, docs/procedure.md "Outcomes"): ``failed``
+  only for a failed attempt, the candidate's own failure, else ``blocked`` with its class;
 * writes the ledger when a step starts and ends and at session end (atomically, checked against
   its schema where a step ends, see ``deploy_suite.record.ledger``), and attaches the step's evidence to
   the HTML report.
@@ -28,8 +29,7 @@ from typing import Any
 import pytest
 from pytest_html import extras
 
-from deploy_suite import clock
-from deploy_suite.errors import InputError, LedgerError, StepBlocked, StepFailure, cut
+from deploy_suite.errors import InputError, LedgerError, StepBlocked, StepFailure
 from deploy_suite.procedure.runstate import STEP_NAMES, RunState, step_for_module
 from deploy_suite.vocab import StepOutcome
 
@@ -83,13 +83,14 @@ class LedgerPlugin:
         self.config = config
         self._step_by_nodeid: dict[str, str] = {}
 
-    def _guarded(self, action: Any, *args: Any) -> None:
+    def _guarded(self, action: Any, *args: Any) -> Any:
         """A ledger that cannot be written (schema break, secret guard) must not crash pytest: the
-        error is shown in the terminal summary and the run fails."""
+        error is shown in the terminal summary and the run fails (``None`` returned)."""
         try:
-            action(*args)
+            return action(*args)
         except LedgerError as exc:
             self.config.stash[LEDGER_ERROR_KEY] = str(exc)
+            return None
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         order = {name: index for index, name in enumerate(STEP_NAMES)}
@@ -141,28 +142,18 @@ class LedgerPlugin:
     def _judge_failure(self, name: str, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
         excinfo = call.excinfo
         error = excinfo.value if excinfo is not None else None
-        partial = getattr(error, "result", None)
-        if partial is not None and self.run.current == name:
-            # What the step established before it stopped (a failed readiness, a preflight with
-            # blockers) is recorded as if it had passed: reviewers need the evidence most then.
-            self._guarded(self.run.record, partial)
-        if isinstance(error, StepBlocked):
-            self.run.ledger.add_blocker(name, error.category, error.message, error.fix)
-        if isinstance(error, InputError | StepBlocked):
-            if isinstance(error, InputError):
-                self._guarded(self.run.refuse_input, name, error)
-            # Bad input and missing prerequisites are one line for a person, not a traceback.
+        if isinstance(error, InputError):
+            self._guarded(self.run.refuse_input, name, error)
+            # Bad input is one line for a person, not a traceback.
             report.longrepr = str(error)
             self._guarded(self.run.end_step, name, StepOutcome.BLOCKED, str(error))
             return
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        summary = f"{type(error).__name__}: {cut(first_line, 300)}" if error is not None else f"{report.when} failed"
-        if isinstance(error, StepFailure):
-            # A judged verdict (crash loop, failed Job, smoke gate) with its evidence in the ledger:
-            # one line for a person; a traceback would only show our own frames.
-            report.longrepr = summary
-        self.run.ledger.add_diagnostic({"step": name, "at": clock.iso_now(), "phase": report.when, "error": summary})
-        self._guarded(self.run.end_step, name, StepOutcome.FAILED, summary)
+        # The step's partial result, then one rule: failed for a failed attempt, else blocked with its class.
+        line = self._guarded(self.run.stop_step, name, error, report.when)
+        if line is not None and isinstance(error, StepBlocked | StepFailure):
+            # A judged verdict with its evidence in the ledger (a missing prerequisite, a crash loop,
+            # a failed Job, a smoke gate): one line for a person; a traceback would show our own frames.
+            report.longrepr = line
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         name = self._step_by_nodeid.get(nodeid)

@@ -422,18 +422,20 @@ class Kube:
         return sorted(items, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
 
     def pod_log(self, name: str, namespace: str, container: str | None = None, tail: int = 50,
-                previous: bool = False) -> str:
+                previous: bool = False, *, limit_bytes: int | None = None) -> str:
         res = KNOWN["Pod"]
         args = ["logs", name, "-n", namespace, f"--tail={tail}"]
         if container:
             args += ["-c", container]
         if previous:
             args.append("--previous")
+        if limit_bytes:
+            args.append(f"--limit-bytes={limit_bytes}")
 
         def fetch() -> str:
             data = self.transport.request("GET", res.path(namespace, name, "log"), {k: v for k, v in {
-                "container": container, "tailLines": tail, "previous": "true" if previous else None}.items()
-                if v is not None}, accept="*/*")
+                "container": container, "tailLines": tail, "previous": "true" if previous else None,
+                "limitBytes": limit_bytes}.items() if v is not None}, accept="*/*")
             return data.decode("utf-8", errors="replace")
 
         text: str = self._call("read", args, f"logs {name}", fetch)

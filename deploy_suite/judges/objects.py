@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from deploy_suite.judges import signatures, triage, words
+from deploy_suite.judges import operator_status, signatures, statuses, triage, words
 from deploy_suite.judges.triage import Obj, Verdict
 from deploy_suite.vocab import TriageCategory
 
@@ -91,10 +91,26 @@ def triage_logs(subject: str, logs: Logs) -> Verdict | None:
     return None
 
 
+def _lost(pod: Obj) -> Obj | None:
+    """The first container the kubelet lost (its state ``terminated`` as ``ContainerStatusUnknown``)."""
+    status = pod.get("status") or {}
+    return next((cs for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+                 if ((cs.get("state") or {}).get("terminated") or {}).get("reason") == words.LOST_CONTAINER), None)
+
+
 def triage_rejected(pod: Obj, subject: str) -> Verdict | None:
     """A pod ``Failed`` before it ran: the kubelet's admission (``OutOf<resource>``,
-    ``UnexpectedAdmissionError``, ``NodeAffinity``) or an eviction, judged by its reason."""
+    ``UnexpectedAdmissionError``, ``NodeAffinity``) or an eviction, judged by its reason; a pod
+    whose container the kubelet lost (``ContainerStatusUnknown``, exit 137 with no OOM kill) by
+    the pod's own reason when it has one (an eviction), else as the node's fault."""
     status = pod.get("status") or {}
+    lost = _lost(pod)
+    if lost is not None and not status.get("reason"):
+        ended = (lost.get("state") or {}).get("terminated") or {}
+        said = words.judge_node(words.LOST_CONTAINER, str(ended.get("message") or ""))
+        return triage.from_words(f"{subject} container {lost.get('name')}", f"terminated {words.LOST_CONTAINER} "
+                                 f"(exit code {ended.get('exitCode')})", str(ended.get("message") or ""), said) \
+            if said is not None else None
     if status.get("phase") != "Failed" or not status.get("reason"):
         return None
     reason, message = str(status["reason"]), str(status.get("message") or "")
@@ -109,8 +125,8 @@ def _last_errors(subject: str, obj: Obj, recheck_s: float) -> list[Verdict]:
     found = []
     for err in (obj.get("status") or {}).get("lastErrors") or []:
         code, text = str(err.get("code") or "lastError"), str(err.get("description") or "")
-        said = words.judge(code, text) or words.judge_create(text)
-        if said.category != TriageCategory.CLEARED:
+        said = statuses.last_error(text)
+        if said is not None:
             found.append(triage.from_words(subject, f"lastErrors {code}", text, said, recheck_s))
     return found
 
@@ -133,7 +149,7 @@ def triage_pod(pod: Obj | None, name: str, events: Sequence[Obj], nodes: Sequenc
     if pod is None or not (pod.get("spec") or {}).get("nodeName"):
         found.append(triage.triage_pending(pod or {"metadata": {"name": name}}, events, nodes, recheck_s))
     for event, said in triage.heard(events):
-        if said.speaker in {words.KUBELET, words.OPERATOR, words.CREATE}:
+        if said.speaker in {words.KUBELET, words.OPERATOR, words.CREATE, words.BINDER}:
             found.append(triage.from_words(subject, str(event.get("reason")), str(event.get("message")), said,
                                            recheck_s))
     return triage.combine(found)
@@ -145,6 +161,12 @@ def _condition_verdicts(subject: str, kind: str, obj: Obj, recheck_s: float) -> 
     conditions = [*(status.get("conditions") or []), *(status.get("schedulingConditions") or [])]
     for cond in conditions:
         kind_ = str(cond.get("type") or "")
+        known, said = statuses.judge_condition(kind, cond)
+        if known:
+            if said is not None and said.category != TriageCategory.CLEARED:
+                found.append(triage.from_words(subject, f"{kind_}={cond.get('status')} {cond.get('reason') or ''}",
+                                               str(cond.get("message") or ""), said, recheck_s))
+            continue
         bad = (kind_ in _BAD_WHEN_FALSE and cond.get("status") == "False") or \
               (kind_ in _BAD_WHEN_TRUE and cond.get("status") == "True") or kind_.startswith("Unschedulable")
         if not bad:
@@ -152,7 +174,12 @@ def _condition_verdicts(subject: str, kind: str, obj: Obj, recheck_s: float) -> 
         reason, message = str(cond.get("reason") or kind_), str(cond.get("message") or "")
         said = words.judge(reason, message) or words.judge(kind_, message)
         if said is None and kind in DYNAMO_KINDS:
-            said = words.judge_operator(message)
+            # Older operators write the error as the reason alone (docs/operator-generations.md).
+            said = words.judge_operator(message or str(cond.get("reason") or ""))
+            if said is None and status.get("state") == "failed" and \
+                    not operator_status.TRANSIENT_ERRORS.search(message):
+                # A reconcile error no rule reads: shown as it is (step 6 judges it by how long it lasts).
+                said = words.Words(TriageCategory.UNKNOWN, words.OPERATOR, "a reconcile error no rule here reads")
         if said is None and kind_ == "Failed":
             # A failed Job says only that it failed (reason BackoffLimitExceeded, older messages misspelt):
             # why is in its pods' logs.

@@ -30,14 +30,20 @@ Obj = Mapping[str, Any]
 
 # Reconcile errors that no later reconcile can clear, by what fixes them (docs/operator-generations.md).
 # ``platform``: the cluster lacks what the candidate needs; ``dependency``: an object to create;
-# ``failed-deploy``: the API server refuses what the manifest makes the operator write.
+# ``failed-deploy``: the API server refuses what the manifest makes the operator write. Each is the
+# cause clause, whatever the wrapper the operator generation puts around it ("failed to reconcile
+# top-level PVCs: ...", "kai-scheduler queue validation failed: ...").
 PERMANENT_ERRORS: tuple[tuple[re.Pattern[str], TriageCategory], ...] = (
     # The API server's field errors: "<kind> "x" is invalid: <field path>: Invalid value|Required value|...".
     (re.compile(r"\bis invalid: [\w.\[\]/-]+: ", re.I), TriageCategory.FAILED_DEPLOY),
     (re.compile(r"no[ _]multinode[ _]orchestrator[ _]available", re.I), TriageCategory.PLATFORM),
-    (re.compile(r"kai-scheduler queue validation failed", re.I), TriageCategory.DEPENDENCY),
-    (re.compile(r"failed to reconcile top-level PVCs", re.I), TriageCategory.DEPENDENCY),
+    # KAI's Queue CRD itself missing (KAI not installed) behind the operator's queue check.
+    (re.compile(r"failed to validate queue .*(could not find the requested resource|no matches for kind)", re.I),
+     TriageCategory.PLATFORM),
+    (re.compile(r"queue validation failed: queue \S+ not found", re.I), TriageCategory.DEPENDENCY),
     (re.compile(r"PVC \"[^\"]+\" does not exist and create is not enabled", re.I), TriageCategory.DEPENDENCY),
+    (re.compile(r"PVCs?: (persistentvolumeclaims?|PersistentVolumeClaim) \"[^\"]+\" not found", re.I),
+     TriageCategory.DEPENDENCY),
 )
 # Reconcile errors the operator retries by itself (optimistic-concurrency conflicts).
 TRANSIENT_ERRORS = re.compile(

@@ -98,6 +98,7 @@ _OOM = Signature("oom-killed", (), TriageCategory.CRASH, True, "memory (the comp
 def exit_cause(cs: Mapping[str, Any]) -> str:
     """What a bare exit code says: 137 is SIGKILL (the OOM killer or a failed liveness probe)."""
     ended = termination(cs)
-    if ended.get("exitCode") == SIGKILL_EXIT and ended.get("reason") != OOM_REASON:
+    # The kubelet writes 137 for a container it lost too (ContainerStatusUnknown): no kill of the candidate's.
+    if ended.get("exitCode") == SIGKILL_EXIT and ended.get("reason") not in {OOM_REASON, "ContainerStatusUnknown"}:
         return "exit 137 is SIGKILL: memory (resources.limits.memory) or a liveness probe killed it"
     return ""

@@ -1,9 +1,11 @@
 """What the cluster's components say about a pod or a workload object, judged from their words alone.
 
 Step 6 of README.md triages a pod that does not become ready from the words of whoever refused it,
-and each speaker has its own wording: kube-scheduler (old and new), KAI, Volcano, Kueue, the
-ResourceQuota and admission plugins (``FailedCreate`` on ReplicaSets and the like), the operator,
-cluster-autoscaler, Karpenter and the kubelet. :func:`judge` turns one reason and message into
+and each speaker has its own wording: kube-scheduler (old and new), KAI and its binder, Volcano,
+Kueue, the ResourceQuota and admission plugins (``FailedCreate`` on ReplicaSets and the like), the
+refusals Grove and LWS relay, the operator, cluster-autoscaler, Karpenter and the kubelet. Each is
+read by its structure (the reason, then the cause clause after a controller's wrapper), never by
+one sample's whole text (docs/triage.md). :func:`judge` turns one reason and message into
 :class:`Words`: a category, the speaker (a later word of the same speaker replaces its earlier
 ones) and, for a shortage, the resources short. What pod and nodes add (a request no node could
 ever hold, which taint, a missing GPU device plugin) is judged in :mod:`deploy_suite.judges.triage`.
@@ -47,6 +49,7 @@ PROVISIONER = "provisioner"  # new nodes (Karpenter)
 QUEUE = "queue"              # admission by quota queues (Kueue)
 CREATE = "create"            # pod creation by a controller (ResourceQuota, admission webhooks, validation)
 KUBELET = "kubelet"          # the node: volumes, images, containers
+BINDER = "binder"            # KAI's binder: a pod placed by the scheduler, bound (GPU reservations) or not
 OPERATOR = "operator"        # the Dynamo operator's objects (DGD, DCD)
 
 
@@ -77,10 +80,18 @@ _SCHED_DEPENDENCY = (
 # Storage that rules a node out: a dependency unless some other node is only short of capacity.
 _SCHED_STORAGE = ("didn't find available persistent volumes", "volume node affinity conflict")
 # Node health and cordons: the node is out for every pod; it may come back, but not by the candidate.
+# kube-scheduler names the node's taint, KAI the node's condition ("node has NotReady condition").
 _SCHED_PLATFORM = (
     "node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready", "node.kubernetes.io/network-unavailable",
-    "node.kubernetes.io/unschedulable", "were unschedulable", "node unregistered", "no nvidia device available",
+    "node.kubernetes.io/unschedulable", "node.kubernetes.io/memory-pressure", "node.kubernetes.io/disk-pressure",
+    "node.kubernetes.io/pid-pressure", "node.kubernetes.io/out-of-service", "were unschedulable",
+    "node unregistered", "no nvidia device available", "node is unschedulable",
 )
+_KAI_NODE_CONDITION = re.compile(r"node has (notready|memorypressure|diskpressure|pidpressure|networkunavailable) "
+                                 r"condition")
+# KAI knows a node's GPU memory from GPU Feature Discovery's nvidia.com/gpu.memory label; a GPU-memory
+# request sees every node without it as "not synced" (docs/triage.md).
+_KAI_GPU_SYNC = "gpu memory count on the node was not synced"
 _SCHED_NEVER = (
     "untolerated taint", "that the pod didn't tolerate", "didn't match pod's node affinity/selector",
     "didn't match node selector", "didn't match pod anti-affinity", "didn't match pod affinity",
@@ -139,9 +150,12 @@ def judge_scheduler(message: str, speaker: str = SCHEDULER) -> Words:
     storage = [d for d in _SCHED_STORAGE if d in low]
     if storage:
         return Words(TriageCategory.DEPENDENCY, speaker, ", ".join(storage))
-    platform = [p for p in _SCHED_PLATFORM if p in low]
+    platform = [p for p in _SCHED_PLATFORM if p in low] + [m.group(0) for m in _KAI_NODE_CONDITION.finditer(low)]
     if platform:
-        return Words(TriageCategory.PLATFORM, speaker, "nodes out of service: " + ", ".join(platform))
+        return Words(TriageCategory.PLATFORM, speaker, "nodes out of service: " + ", ".join(dict.fromkeys(platform)))
+    if _KAI_GPU_SYNC in low:
+        return Words(TriageCategory.PLATFORM, speaker, "no node has a GPU memory count the scheduler knows (GPU "
+                     "Feature Discovery's nvidia.com/gpu.memory label missing, or no GPU node)")
     never = [n for n in _SCHED_NEVER if n in low]
     if never:
         return Words(TriageCategory.FAILED_DEPLOY, speaker, ", ".join(never))
@@ -190,16 +204,74 @@ def judge_provisioner(reason: str, message: str) -> Words:
     return Words(TriageCategory.UNKNOWN, PROVISIONER, "not a reason this triage knows")
 
 
-def judge_queue(message: str) -> Words:
-    """Kueue's ``couldn't assign flavors ...`` (a Workload's ``QuotaReserved``/``Pending``)."""
+# Kueue's reasons for QuotaReserved=False, Admitted=False, Evicted=True and their events (docs/triage.md):
+# the reason names the structure, the message the detail.
+_QUEUE_REASONS: dict[str, tuple[TriageCategory, str]] = {
+    "WaitingForQuota": (TriageCategory.CONTENTION, "the queue's quota is in use by other workloads"),
+    "WaitingForPreemptedWorkloads": (TriageCategory.CONTENTION, "preempted workloads are releasing the quota"),
+    "TopologyPlacementFailed": (TriageCategory.CONTENTION, "the topology domains are in use by other workloads"),
+    "PendingEvaluation": (TriageCategory.CONTENTION, "the workload waits its turn in the queue"),
+    "WaitingForPodsReady": (TriageCategory.CONTENTION, "earlier admitted workloads must become ready first"),
+    "PreemptionGated": (TriageCategory.CONTENTION, "a preemption gate holds back the preemption it needs"),
+    "Preempted": (TriageCategory.CONTENTION, "preempted by a workload of higher priority: it is requeued"),
+    "UnsatisfiedAdmissionChecks": (TriageCategory.PROVISIONING, "its admission checks (capacity provisioning) "
+                                                                "are not satisfied yet"),
+    "PendingDelayedTopologyRequests": (TriageCategory.PROVISIONING, "its topology assignment is still pending"),
+    "ExceedsMaxQuota": (TriageCategory.DEPENDENCY, "the request exceeds the queue's maximum quota: it can never be "
+                                                   "admitted as configured"),
+    "Misconfigured": (TriageCategory.DEPENDENCY, "its LocalQueue or ClusterQueue is missing or misconfigured"),
+    "Inadmissible": (TriageCategory.DEPENDENCY, "its LocalQueue or ClusterQueue is missing or inactive"),
+    "Suspended": (TriageCategory.DEPENDENCY, "its queue is stopped (stopPolicy): someone must resume it"),
+    "ClusterQueueStopped": (TriageCategory.DEPENDENCY, "its ClusterQueue is stopped: someone must resume it"),
+    "LocalQueueStopped": (TriageCategory.DEPENDENCY, "its LocalQueue is stopped: someone must resume it"),
+    "NoMatchingFlavor": (TriageCategory.FAILED_DEPLOY, "no resource flavor of its queue matches its node selector "
+                                                       "or tolerations"),
+    "NodeFailures": (TriageCategory.PLATFORM, "its nodes failed"),
+    "PodsReadyTimeout": (TriageCategory.UNKNOWN, "its pods were not ready within Kueue's waitForPodsReady timeout: "
+                                                 "it is evicted and requeued; its pods' own words say why"),
+    "Deactivated": (TriageCategory.UNKNOWN, "Kueue deactivated it (spec.active false): it is not admitted again "
+                                            "until someone reactivates it; its earlier evictions say why"),
+    "AdmissionCheck": (TriageCategory.UNKNOWN, "an admission check rejected it: the check's message says why"),
+    "AdmissionCheckRejected": (TriageCategory.UNKNOWN, "an admission check rejected it: the check's message says why"),
+}
+# Kueue's success words (QuotaReserved, Admitted events and conditions).
+_QUEUE_CLEARED = re.compile(r"^(quota reserved in clusterqueue|admitted by clusterqueue|the workload is admitted)",
+                            re.IGNORECASE)
+
+
+def _queue_reason(reason: str) -> tuple[TriageCategory, str] | None:
+    """A Kueue reason, also as its event names it (``EvictedDueToPodsReadyTimeout``, ``Pending``)."""
+    base = reason.removeprefix("EvictedDueTo").split("DueTo")[0]
+    return _QUEUE_REASONS.get(base)
+
+
+def judge_queue(message: str, reason: str = "") -> Words:
+    """Kueue's words on a Workload: its reason (``WaitingForQuota``, ``ExceedsMaxQuota``, ...) when
+    it is one of Kueue's, else the cause clauses of ``couldn't assign flavors ...``."""
+    if _QUEUE_CLEARED.match(message.strip()):
+        return Words(TriageCategory.CLEARED, QUEUE, "admitted")
+    known = _queue_reason(reason)
+    if known is not None:
+        return Words(known[0], QUEUE, known[1], decisive=False)
     low = message.lower()
     if "insufficient unused quota" in low or "pending the preemption" in low:
         # Others hold the quota now; it frees when they finish (or are preempted).
         return Words(TriageCategory.CONTENTION, QUEUE, "the queue's quota is in use by other workloads")
     if any(w in low for w in ("insufficient quota", "unavailable in clusterqueue", "request > maximum capacity",
-                              "doesn't exist", "is inactive", "not found")):
+                              "doesn't exist", "is inactive", "not found", "is stopped",
+                              "doesn't match clusterqueue selector")):
         return Words(TriageCategory.DEPENDENCY, QUEUE, "the queue's quota can never admit it as configured")
+    if "doesn't match node affinity" in low or re.search(r"untolerated taint .* in flavor", low):
+        # Every flavor it could use refuses its node selector or tolerations: a placement refusal.
+        return Words(TriageCategory.FAILED_DEPLOY, QUEUE, "no resource flavor of its queue matches its node "
+                     "selector or tolerations")
     return Words(TriageCategory.UNKNOWN, QUEUE, "not a reason this triage knows")
+
+
+# The API server's field error (``<field path>: <type>: <detail>``), as webhooks relay it too.
+_FIELD_ERROR = re.compile(r"[\w.\[\]/-]+: (invalid value|required value|not found|unsupported value|duplicate value|"
+                          r"too long|too many)\b")
+_RUNTIME_CLASS = re.compile(r"runtimeclass \"[^\"]*\" not found", re.IGNORECASE)
 
 
 def judge_create(message: str) -> Words:
@@ -215,7 +287,14 @@ def judge_create(message: str) -> Words:
         return Words(TriageCategory.FAILED_DEPLOY,
                      CREATE, "the operator's webhook refuses the DGD's spec", decisive=True)
     if "denied the request" in low:
+        cause = low.split("denied the request", 1)[1]
+        if "immutable" not in cause and _FIELD_ERROR.search(cause):
+            # A webhook (LWS's, Grove's) refusing a field of the spec the candidate's DGD produced.
+            return Words(TriageCategory.FAILED_DEPLOY, CREATE, "an admission webhook refuses a field of the spec",
+                         decisive=True)
         return Words(TriageCategory.DEPENDENCY, CREATE, "an admission webhook refuses it")
+    if _RUNTIME_CLASS.search(message):
+        return Words(TriageCategory.PLATFORM, CREATE, "the RuntimeClass the pod names does not exist in the cluster")
     if "violates podsecurity" in low or "error looking up service account" in low or "limitrange" in low or \
             re.search(r"(maximum|minimum) .* usage per (container|pod)", low):
         return Words(TriageCategory.DEPENDENCY,
@@ -251,6 +330,9 @@ def judge_operator(message: str) -> Words | None:
 
 _PULL_EVENT = re.compile(r"failed to pull|error: (errimagepull|imagepullbackoff)|back-off pulling image",
                          re.IGNORECASE)
+# The kubelet's eviction of a pod over its own limits (not the node's pressure): the candidate's spec.
+_OWN_LIMIT = re.compile(r"exceeds the total limit of containers|exceeded its local ephemeral storage limit|"
+                        r"usage of emptydir volume \S+ exceeds the limit", re.IGNORECASE)
 _CONFIG = re.compile(r"couldn't find key|secret \"[^\"]*\" not found|configmap \"[^\"]*\" not found",
                      re.IGNORECASE)
 
@@ -265,6 +347,9 @@ def judge_kubelet(reason: str, message: str, count: int = 1) -> Words | None:
     if reason == "BackOff" and "restarting failed container" in message:
         # The first restart may recover (README.md, step 6): final only once it repeats.
         return Words(TriageCategory.CRASH, KUBELET, "crash loop", decisive=True) if count >= 2 else None
+    if reason == "Evicted" and _OWN_LIMIT.search(message):
+        return Words(TriageCategory.CRASH, KUBELET, "evicted for exceeding its own ephemeral-storage limit (the "
+                     "component's resources.limits.ephemeral-storage or an emptyDir sizeLimit)", decisive=True)
     if reason == "Evicted":
         return Words(TriageCategory.UNKNOWN,
                      KUBELET, "evicted by the node (resource pressure): its controller recreates it")
@@ -285,17 +370,25 @@ _ADMISSION_REASONS = re.compile(r"^(OutOf[\w./-]+|UnexpectedAdmissionError|NodeA
                                 r"InvalidNodeInfo|UnexpectedPredicateFailureType)$")
 
 
+# A container the kubelet could not find when the pod ended (its node lost, the pod deleted): exit 137
+# without an OOM kill or the candidate's own doing.
+LOST_CONTAINER = "ContainerStatusUnknown"
+
+
 def judge_node(reason: str, message: str) -> Words | None:
     """The kubelet creating a pod's sandbox or admitting the pod, judged by its cause clause."""
     if _ADMISSION_REASONS.match(reason):
         return Words(TriageCategory.PLATFORM, KUBELET, f"the node's kubelet refused the pod at admission ({reason}): "
                      "its devices or labels disagree with what the scheduler saw")
+    if reason == LOST_CONTAINER:
+        return Words(TriageCategory.PLATFORM, KUBELET, "the kubelet lost the container (its node failed or restarted, "
+                     "or the pod was deleted under it): not the candidate's; delete the pod or fix the node")
     if reason == "FailedCreatePodSandBox" or "failed to create pod sandbox" in message.lower():
         if _SANDBOX_PLATFORM.search(message):
             return Words(TriageCategory.PLATFORM, KUBELET,
                          "the node cannot create the pod's sandbox (runtime handler or network)")
         return Words(TriageCategory.UNKNOWN, KUBELET, "the pod's sandbox is not created, for a cause not classified")
-    if re.search(r"runtimeclass \"[^\"]*\" not found", message, re.IGNORECASE):
+    if _RUNTIME_CLASS.search(message):
         return Words(TriageCategory.PLATFORM, CREATE, "the RuntimeClass the pod names does not exist in the cluster")
     return None
 
@@ -312,11 +405,74 @@ def is_pull_failure(message: str) -> bool:
 _SCHEDULER_REASONS = frozenset({"FailedScheduling", "Unschedulable", "PodSchedulingErrors", "NotEnoughResources",
                                 "UnschedulableOnNodePool"})
 _SCHEDULER_WORDS = re.compile(r"nodes are (un)?available|tasks in gang|pod group is not ready")
+# A controller relaying the API server's or a webhook's refusal under a reason of its own (Grove's
+# PodCreateFailed, PodCliqueCreateOrUpdateFailed, PodGangCreateOrUpdateFailed, KAIBackendMappingFailed).
+_RELAYED = re.compile(r"^(FailedCreate|ReplicaFailure|\w*(Create|Update|Delete|Sync|Mapping)\w*Failed)$")
+# Reasons other controllers use too (the Job controller's "Suspended"): Kueue's only with its words.
+_GENERIC_REASONS = frozenset({"Pending", "Suspended", "Preempted", "Deactivated", "NodeFailures"})
+_QUEUE_WORDS = re.compile(r"couldn't assign flavors|\b(LocalQueue|ClusterQueue)\b|\bworkload\b", re.IGNORECASE)
+# Words on a gang or a placement that say what is waiting, not why (KAI's PodGroup events, Grove's).
+_GANG_WORDS: dict[str, tuple[TriageCategory, str, str]] = {
+    "NotReady": (TriageCategory.GANG, GANG_SCHEDULER, "the pod group waits for its members to be created"),
+    "StaleJob": (TriageCategory.UNKNOWN, GANG_SCHEDULER, "members of its gang died (failed or deleted): the scheduler "
+                                                         "evicts the rest; the dead pods' words say why"),
+    "Pipelined": (TriageCategory.CONTENTION, SCHEDULER, "pipelined: it waits for resources being released on a node"),
+    "AllScheduledReplicasLost": (TriageCategory.UNKNOWN, CREATE, "all its scheduled pods were lost (node failures, "
+                                                                 "evictions): the pods' and nodes' words say why"),
+    "VolcanoCapabilityUnavailable": (TriageCategory.PLATFORM, CREATE, "Grove's Volcano backend lacks a capability "
+                                                                      "the workload needs"),
+}
+
+
+def judge_relayed(message: str, speaker: str = CREATE) -> Words | None:
+    """A refusal a controller relays, judged by its cause clause (:func:`judge_create`); None for a
+    conflict the controller retries by itself."""
+    if operator_status.TRANSIENT_ERRORS.search(message):
+        return None
+    if _PLATFORM.search(message):
+        return Words(TriageCategory.PLATFORM, speaker, "a platform component fails (a webhook or a DRA driver)")
+    said = judge_create(message)
+    return Words(said.category, speaker, said.why, decisive=said.decisive)
+
+
+def judge_binding(message: str) -> Words:
+    """KAI's binder: ``Failed to bind pod ns/x to node n: <cause>``, judged by the cause."""
+    low = message.lower()
+    if "cluster is scaling up" in low:
+        return Words(TriageCategory.PROVISIONING, BINDER, "the cluster is scaling up: the GPU reservation waits for it")
+    if "denied the request" in low or "forbidden" in low:
+        return judge_relayed(message, BINDER) or Words(TriageCategory.UNKNOWN, BINDER, "a bind refused")
+    if re.search(r"reserv(e|ation)", low):
+        # The binder's GPU-sharing reservation pods on the node (docs/triage.md): the scheduler's
+        # view of the node's GPUs and the node's disagree.
+        return Words(TriageCategory.PLATFORM, BINDER, "the binder cannot reserve the node's GPUs (its reservation "
+                     "pods): the node's GPUs and the scheduler's view of them disagree")
+    return Words(TriageCategory.UNKNOWN, BINDER, "the bind failed for a cause not classified")
+
+
+def _judge_other(reason: str, message: str) -> Words | None:
+    """The words of the binder, the gang schedulers and Kueue (None: not theirs)."""
+    if reason in {"BindingError", "FailedBinding"}:
+        return judge_binding(message)
+    if reason == "Bound":
+        return Words(TriageCategory.CLEARED, BINDER, reason)
+    if reason in _GANG_WORDS and (reason != "NotReady" or "not ready for scheduling" in message):
+        category, speaker, why = _GANG_WORDS[reason]
+        return Words(category, speaker, why)
+    if reason in {"Preempted", "Evict"} and "preempted" in message.lower():
+        speaker = QUEUE if _QUEUE_WORDS.search(message) else SCHEDULER
+        return Words(TriageCategory.CONTENTION, speaker, "preempted by a workload of higher priority")
+    if "couldn't assign flavors" in message or reason in {"QuotaReserved", "Admitted"} or \
+            (_queue_reason(reason) is not None and (reason not in _GENERIC_REASONS or _QUEUE_WORDS.search(message))):
+        return judge_queue(message, reason)
+    return None
 
 
 def judge(reason: str, message: str, count: int = 1) -> Words | None:
     """The judgement of one event's (or condition's) reason and message; None when it says nothing
     about why an object is not ready (``Pulled``, ``Started``, ``ScalingReplicaSet`` ...)."""
+    if _RELAYED.match(reason):
+        return judge_relayed(message)
     if operator_status.permanent_error(message) is not None:
         return judge_operator(message)
     if _PLATFORM.search(message):
@@ -328,14 +484,14 @@ def judge(reason: str, message: str, count: int = 1) -> Words | None:
         return judge_autoscaler(reason, message)
     if reason == "Nominated" or (reason == "FailedScheduling" and _is_karpenter(message)):
         return judge_provisioner(reason, message)
-    if "couldn't assign flavors" in message or reason in {"QuotaReserved", "Admitted"}:
-        return judge_queue(message)
+    other = _judge_other(reason, message)
+    if other is not None:
+        return other
     if reason in _SCHEDULER_REASONS or _SCHEDULER_WORDS.search(message):
         return judge_scheduler(message)
     if reason == "SchedulingGated":
         return Words(TriageCategory.GANG, GANG_SCHEDULER, "scheduling gated until its gang is created")
-    if reason in {"FailedCreate", "ReplicaFailure"} or message.startswith("Error creating") or \
-            "denied the request" in message or "exceeded quota" in message:
+    if message.startswith("Error creating") or "denied the request" in message or "exceeded quota" in message:
         return judge_create(message)
     if reason == "ReconcileError" or (reason.startswith("Failed") and "reconcile" in message.lower()):
         if operator_status.TRANSIENT_ERRORS.search(message):
@@ -352,4 +508,6 @@ def _is_karpenter(message: str) -> bool:
 def _speaker_of(reason: str, message: str) -> str:
     if reason in {"FailedCreate", "ReplicaFailure"} or message.startswith("Error creating"):
         return CREATE
+    if reason in {"BindingError", "FailedBinding"}:
+        return BINDER
     return KUBELET if reason in {"Failed", "FailedMount", "FailedPrepareDynamicResources"} else OPERATOR

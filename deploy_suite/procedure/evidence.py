@@ -18,7 +18,7 @@ from typing import Any
 from deploy_suite.access.kube import DGD, Kube, Obj
 from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.errors import KubeError
-from deploy_suite.judges import triage
+from deploy_suite.judges import triage, waiting
 from deploy_suite.record.ledger import redact
 
 LOG_LINES = 40  # per container, as `kubectl logs --tail=40`
@@ -26,6 +26,10 @@ EXCERPT_CHARS = 1500  # per container in the ledger (the whole tail is in the fi
 MAX_EVENTS = 20
 MAX_CONTAINERS = 6  # containers whose logs are fetched: the failing ones of a large DGD are alike
 _HEALTHY_WAITING = ("", "ContainerCreating", "PodInitializing")
+# The live line of a loading container: its last lines, bounded in count and bytes (one line of a
+# progress bar can hold thousands of carriage-return updates).
+LINE_TAIL = 5
+LINE_BYTES = 16384
 
 
 @dataclass
@@ -87,6 +91,17 @@ def last_lines(kube: Kube, namespace: str, pod: Obj) -> dict[str, list[str]]:
             continue
         out[str(cs.get("name"))] = redact(log).splitlines()
     return out
+
+
+def last_line(kube: Kube, namespace: str, pod: str, container: str) -> str | None:
+    """The last non-empty log line of a running container (a model loading, for step 6's live
+    line), redacted as the evidence logs are, then clipped; None when it cannot be read."""
+    try:
+        log = kube.pod_log(pod, namespace, container, tail=LINE_TAIL, limit_bytes=LINE_BYTES)
+    except KubeError:
+        return None
+    lines = [waiting.clip(line) for line in redact(log).splitlines()]
+    return next((line for line in reversed(lines) if line), None)
 
 
 def _event_line(ev: Obj) -> str:

@@ -98,9 +98,12 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, fronte
     Running and ready; pending pods and containers triaged as soon as they say why
     (:class:`waits.DgdReady`); the frontend Service present when one is expected.
 
-    Progress-aware: the wait goes on while pods advance and fails (``no-progress``) after
-    ``bounds.readiness_no_progress_s`` without progress, naming the last progress seen;
-    ``bounds.readiness_s`` is the hard cap; ``bounds.reconcile_error_grace_s`` times a `failed` state.
+    Progress-aware: the wait goes on while pods advance or wait with a sign of a legitimate wait
+    (held for GPUs, an image pulling, a model loading: :mod:`deploy_suite.judges.waiting`) and fails
+    (``no-progress``) after ``bounds.readiness_no_progress_s`` while something is stuck with none of
+    these signs, naming the last progress seen and what is stuck; a container loading longer than
+    ``bounds.readiness_loading_s`` ends it (``timeout``); ``bounds.readiness_s`` is the hard cap;
+    ``bounds.reconcile_error_grace_s`` times a `failed` state.
     """
     started = clock.monotonic()
     timeout = bounds.readiness_s
@@ -112,12 +115,16 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, fronte
         nodes = None
     ready = waits.DgdReady(waits.PendingTriage(
         kube, namespace, nodes, reporting.contention_recheck_s, lambda pod: evidence.last_lines(kube, namespace, pod)),
-        dgd.name, expected, reporting.on_allocated, kube.field_manager, bounds.reconcile_error_grace_s)
+        dgd.name, expected, reporting.on_allocated, kube.field_manager, bounds.reconcile_error_grace_s,
+        reads=waits.SignReads(kube, namespace, lambda pod, container: evidence.last_line(kube, namespace, pod,
+                                                                                         container)),
+        loading_s=bounds.readiness_loading_s)
     ready.progressed("readiness wait started")
     while True:
         now = clock.monotonic()
-        # One bounded wait per stretch without progress; a stretch that saw progress starts another.
-        window = min(ready.progress_mono + no_progress_s, started + timeout) - now
+        # One bounded wait per stretch without progress; a stretch that saw progress (or nothing
+        # stuck) starts another.
+        window = min(ready.counts_from + no_progress_s, started + timeout) - now
         try:
             state = kube.wait(ready, timeout=max(window, 0.0), on_progress=reporting.on_progress)
             break
@@ -127,11 +134,12 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, fronte
                 raise StepFailure(f"{exc} (the hard cap timeouts.readiness_s, pods still progressing); "
                                   f"last progress: {_progress_line(ready, started)}", FailureCategory.TIMEOUT,
                                   [exc.last_state], result=_partial(ready, started)) from exc
-            if now - ready.progress_mono >= no_progress_s:
-                raise StepFailure(f"no progress for {now - ready.progress_mono:.0f}s (timeouts.readiness_no_progress_s "
-                                  f"{no_progress_s:.0f}s); last progress: {_progress_line(ready, started)}; last seen: "
-                                  f"{exc.last_state}", FailureCategory.NO_PROGRESS, [exc.last_state],
-                                  result=_partial(ready, started)) from exc
+            if now - ready.counts_from >= no_progress_s:
+                raise StepFailure(f"no progress for {now - ready.counts_from:.0f}s (timeouts.readiness_no_progress_s "
+                                  f"{no_progress_s:.0f}s); last progress: {_progress_line(ready, started)}; stuck "
+                                  f"with no sign of a legitimate wait: {'; '.join(ready.signs.stuck[:4])}; last "
+                                  f"seen: {exc.last_state}", FailureCategory.NO_PROGRESS,
+                                  [exc.last_state, *ready.signs.stuck[:4]], result=_partial(ready, started)) from exc
         except (StepFailure, StepBlocked) as exc:
             exc.result = _partial(ready, started)
             raise
@@ -157,9 +165,11 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, fronte
 
 
 def _progress(ready: waits.DgdReady, started: float) -> dict[str, Any]:
+    now = clock.now()
     return {"what": ready.last_progress, "at": ready.last_progress_at,
             "after_s": round(ready.progress_mono - started, 3), "milestones": len(ready.reached),
-            "contention": ready.contention[-3:], "reconcile_errors": ready.reconcile_errors}
+            "contention": ready.contention[-3:], "reconcile_errors": ready.reconcile_errors,
+            "waiting": [s.as_dict(now) for s in ready.signs.signs[:6]], "stuck": list(ready.signs.stuck[:6])}
 
 
 def _partial(ready: waits.DgdReady, started: float) -> Readiness:

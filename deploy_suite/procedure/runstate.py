@@ -25,6 +25,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 from deploy_suite import clock
 from deploy_suite.errors import DeploymentLocked, InputError, StepBlocked
 from deploy_suite.model.workload import Workload
+from deploy_suite.procedure import stops
 from deploy_suite.procedure.inputs import Prepared, verify_sources
 from deploy_suite.procedure.settings import Settings
 from deploy_suite.procedure.workspace import PreviousDeployment, own_directory_ledger, release_deployment_lock
@@ -288,6 +289,31 @@ class RunState:
         if self.current == name:
             self.current = None
         self.save(check_schema=True)
+
+    def stop_step(self, name: str, error: BaseException | None, phase: str = "call") -> str:
+        """Record why step ``name`` stopped and end it (docs/procedure.md, "Outcomes"): the step's
+        partial result first (the evidence reviewers need most then), then the one rule of
+        :func:`stops.judge`: ``failed`` with a ``failed_attempts`` entry (unless the result recorded
+        its own) only for the candidate's own failure, else ``blocked`` with its class. Returns the
+        one line a person reads."""
+        partial = getattr(error, "result", None)
+        attempts = len(self.ledger.data["failed_attempts"])
+        if partial is not None and self.current == name:
+            self.record(partial)
+        stop = stops.judge(name, error)
+        if isinstance(error, StepBlocked):
+            line = str(error)  # its message and fix: a missing prerequisite needs no traceback
+        else:
+            line = stops.one_line(error, phase)
+            self.ledger.add_diagnostic({"step": name, "at": clock.iso_now(), "phase": phase, "error": line})
+        if stop.failed_attempt:
+            if len(self.ledger.data["failed_attempts"]) == attempts:
+                self.ledger.add_failed_attempt(name, stop.category, stop.evidence, stop.message)
+            self.end_step(name, StepOutcome.FAILED, line)
+        else:
+            self.ledger.add_blocker(name, BlockerClass(stop.category), stop.message, stop.fix)
+            self.end_step(name, StepOutcome.BLOCKED, line)
+        return line
 
     def skip_step(self, name: str, reason: str) -> None:
         self.end_step(name, StepOutcome.SKIPPED, reason)

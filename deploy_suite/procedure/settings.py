@@ -43,6 +43,9 @@ class Timeouts:
     # without progress, and at readiness_s whatever happens (large models pull and load for long).
     readiness_s: float = 10800.0  # hard cap: DGD Ready, every pod ready, the frontend Service present
     readiness_no_progress_s: float = 900.0  # no pod created, scheduled, pulled, started or ready for this long
+    # A container running without restarts and not ready (a model loading) is no "no progress":
+    # it has this bound of its own (docs/procedure.md, step 6).
+    readiness_loading_s: float = 3600.0
     # The operator writes any reconcile error as state `failed` until its next reconcile
     # (docs/operator-generations.md): an unknown error is a verdict once it persists this long.
     reconcile_error_grace_s: float = 30.0
@@ -189,7 +192,11 @@ OPTIONS: tuple[Option, ...] = (
            "hard cap of the readiness wait, however the pods progress", "readiness"),
     Option("readiness_no_progress_s", "--timeout-readiness-no-progress", "SECONDS",
            "the readiness wait fails after this long without progress (no pod created, scheduled, image pulled, "
-           "container started or ready)", "readiness"),
+           "container started or ready) while a pod is stuck with no sign of a legitimate wait (held for GPUs, "
+           "image pulling, model loading)", "readiness"),
+    Option("readiness_loading_s", "--timeout-readiness-loading", "SECONDS",
+           "the readiness wait fails when a container has been running without restarts and not ready (a model "
+           "loading) for this long (default 3600)", "readiness"),
     Option("reconcile_error_grace_s", step="readiness"),
     Option("smoke_reach_attempts", step="smoke"),
     Option("smoke_reach_interval_s", step="smoke"),

@@ -162,7 +162,8 @@ def plan(run: RunState, kube: Kube) -> SmokePlan:
 
 
 def run(run: RunState, kube: Kube, plan: SmokePlan, transport: httpx.BaseTransport | None = None) -> SmokeResult:
-    """The three gates; a result that did not pass all three fails the step (recorded first)."""
+    """The three gates; a result that did not pass all three stops the step (recorded first): blocked,
+    class ``smoke``, never a failed attempt (docs/procedure.md, "Outcomes")."""
     result = run_smoke(kube, plan, on_progress=run.progress, transport=transport)
     result.artifact_path = run.rel(plan.deploy_root / ARTIFACT)
     result.body_paths = [run.rel(plan.deploy_root / "smoke" / n) for n in _BODIES

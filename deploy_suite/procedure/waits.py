@@ -5,13 +5,15 @@ A condition names what it awaits and the collections it watches (by label) for t
 ``(done, one-line state)``. The verdicts are the pure judges' (:mod:`deploy_suite.judges.conditions`,
 :mod:`deploy_suite.judges.triage`); what a judge cannot know from the watched objects lives here:
 a pending pod's events read when the scheduler gives a verdict, the progress seen, when the
-first GPU pod was bound, how long a failed state has lasted, the contention recorded.
+first GPU pod was bound, how long a failed state has lasted, the contention recorded, and the
+reads behind the signs of a legitimate wait (a pod's pull events, a loading container's last line).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from deploy_suite import clock
@@ -19,10 +21,19 @@ from deploy_suite.access.kube import Kube
 from deploy_suite.access.resources import DGD, Obj
 from deploy_suite.access.watch import Judge, Seen, Watch
 from deploy_suite.constants import LABEL_DGD_NAME, LABEL_JOB_NAME
-from deploy_suite.judges import conditions, operator_status, signatures, triage
-from deploy_suite.judges.conditions import gpus_of, milestones, stop, unschedulable
+from deploy_suite.errors import KubeError
+from deploy_suite.judges import conditions, operator_status, signatures, triage, waiting
+from deploy_suite.judges.conditions import DgdStatus, gpus_of, milestones, stop, unschedulable
 from deploy_suite.judges.triage import Verdict  # DgdReady has a field named triage
-from deploy_suite.vocab import TriageCategory
+from deploy_suite.judges.waiting import Sign, Waiting
+from deploy_suite.vocab import TriageCategory, WaitingSign
+
+# The reads behind the signs of a legitimate wait, at a modest rate (not every tick): a pod's
+# events once a container has waited this long to be created, again every EVENTS_EVERY_S until
+# they show a pull under way; the loading container's last log line every LINE_EVERY_S.
+LOOK_AFTER_S = 10.0
+EVENTS_EVERY_S = 30.0
+LINE_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -90,14 +101,18 @@ class PendingTriage:
         self._seen: dict[str, str] = {}
         # When a pod waiting for capacity is due to be triaged again (clock.monotonic()).
         self._due: dict[str, float] = {}
+        # The newest scheduler verdict on each unschedulable pod: a hold decision is a sign of a
+        # legitimate wait until its next check says otherwise (judges/waiting.py).
+        self.held: dict[str, triage.Verdict] = {}
         self._pulls: dict[str, tuple[str, triage.Verdict]] = {}
 
     def verdict(self, pod: Obj) -> triage.Verdict | None:
         """A new verdict on ``pod``; None when it is not unschedulable or nothing changed."""
         cond = unschedulable(pod)
-        if cond is None:
-            return None
         name = pod["metadata"]["name"]
+        if cond is None:
+            self.held.pop(name, None)
+            return None
         stamp = f"{cond.get('lastTransitionTime')}{cond.get('message')}"
         due = self._due.get(name)
         if self._seen.get(name) == stamp and (due is None or clock.monotonic() < due):
@@ -110,6 +125,10 @@ class PendingTriage:
             # retries on the claim's add event. Not recorded as seen: the next pod update re-judges.
             return None
         self._seen[name] = stamp
+        if verdict is not None:
+            self.held[name] = verdict
+        else:
+            self.held.pop(name, None)
         if verdict is not None and verdict.can_wait and verdict.next_check_s:
             self._due[name] = clock.monotonic() + verdict.next_check_s
         else:
@@ -155,6 +174,53 @@ class PendingTriage:
         return self._logs[name][1]
 
 
+class SignReads:
+    """The API reads behind the signs of a legitimate wait (:mod:`deploy_suite.judges.waiting`),
+    each at a modest rate: a pod's events while only they can tell a pull under way, and the
+    loading container's last log line (``read_line``: pod, container -> the line, bounded and
+    redacted, or None). A refused read shows no sign: the pod counts as stuck, the wait goes on."""
+
+    def __init__(self, kube: Kube, namespace: str,
+                 read_line: Callable[[str, str], str | None] | None = None) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.read_line = read_line
+        self._since: dict[str, float] = {}  # pod/uid -> when it was first seen waiting for a container
+        self._events: dict[str, tuple[float, list[Obj]]] = {}
+        self._line: tuple[tuple[str, str | None], float, str | None] | None = None
+
+    def events(self, pods: Sequence[Obj]) -> dict[str, list[Obj]]:
+        """The events of each pod that needs them, as last read (read again when due)."""
+        now = clock.monotonic()
+        out: dict[str, list[Obj]] = {}
+        for pod in pods:
+            if not waiting.needs_events(pod):
+                continue
+            name = str(pod["metadata"]["name"])
+            key = f"{name}/{pod['metadata'].get('uid')}"
+            since = self._since.setdefault(key, now)
+            read_at, said = self._events.get(key, (None, []))
+            due = read_at is None or (now - read_at >= EVENTS_EVERY_S and waiting.pulling(pod, said) is None)
+            if now - since >= LOOK_AFTER_S and due:
+                try:
+                    said = self.kube.events_for(name, self.namespace)
+                except KubeError:
+                    said = []
+                self._events[key] = (now, said)
+            out[name] = said
+        return out
+
+    def line(self, sign: Sign | None, now: datetime) -> str | None:
+        """The last log line of the loading container ``sign`` names, once it has loaded a while."""
+        if sign is None or self.read_line is None or sign.seconds(now) < LOOK_AFTER_S:
+            return None
+        key = (sign.pod, sign.container)
+        mono = clock.monotonic()
+        if self._line is None or self._line[0] != key or mono - self._line[1] >= LINE_EVERY_S:
+            self._line = (key, mono, self.read_line(sign.pod, str(sign.container)))
+        return self._line[2]
+
+
 class JobComplete:
     """A Job's ``Complete`` condition (:func:`conditions.judge_job`), its pending pods triaged."""
 
@@ -186,9 +252,11 @@ class DgdReady:
     On the way it notes when the first GPU pod was bound (``allocated_at``, reported through
     ``on_allocated``), records contention and image pulls being retried (waiting can help), notes
     the last progress (a pod created, scheduled, its image pulled, a container started, the ready
-    count rising: ``last_progress``), and raises for a crash loop that persists, an image that does
-    not exist, a reconciliation error or a pending verdict that waiting cannot help (a failed
-    attempt when the manifest can never run, a dependency otherwise).
+    count rising: ``last_progress``) and the signs of a legitimate wait (held, pulling, loading:
+    ``signs``; the no-progress bound counts from ``counts_from``), and raises for a crash loop that
+    persists, an image that does not exist, a reconciliation error, a pending verdict that waiting
+    cannot help (a failed attempt when the manifest can never run, a dependency otherwise) or a
+    container loading longer than ``loading_s``.
     """
 
     triage: PendingTriage
@@ -208,6 +276,14 @@ class DgdReady:
     last_progress: str = "nothing yet"
     last_progress_at: str | None = None
     progress_mono: float = field(default_factory=clock.monotonic)
+    # Signs of a legitimate wait (judges/waiting.py): the no-progress bound counts only while
+    # something is stuck; a loading container is bounded by loading_s.
+    reads: SignReads | None = None
+    loading_s: float = 3600.0
+    signs: Waiting = field(default_factory=Waiting)  # the last judgement: signs, and what is stuck
+    waiting_mono: float = field(default_factory=clock.monotonic)  # the last time nothing was stuck
+    started_at: datetime = field(default_factory=clock.now)
+    _line: str | None = None
     _waits: dict[str, str] = field(default_factory=dict)
     _failed_since: float | None = None
 
@@ -223,6 +299,12 @@ class DgdReady:
 
     def progressed(self, what: str) -> None:
         self.last_progress, self.last_progress_at, self.progress_mono = what, clock.iso_now(), clock.monotonic()
+
+    @property
+    def counts_from(self) -> float:
+        """Where the no-progress bound counts from: the last milestone, or the last moment nothing
+        was stuck (every pod not ready showed a sign of a legitimate wait)."""
+        return max(self.progress_mono, self.waiting_mono)
 
     def __call__(self, seen: Seen) -> tuple[bool, str]:
         pods = list(seen["pods"].values())
@@ -244,12 +326,29 @@ class DgdReady:
                                                                    status.ready_reason)
         self._judge_failed((obj or {}).get("status") or {})
         self.generation_rule = status.generation_rule
+        self._judge_waiting(pods, status)
         desc = status.description
         if self._failed_since is not None:
             desc += f"; reconcile error for {clock.monotonic() - self._failed_since:.0f}s, not yet a verdict"
         if self.contention:
             desc += f"; contention: {self.contention[-1]['diagnosis'][:120]}"
-        return status.done, desc
+        said = waiting.summary(self.signs, clock.now(), self._line)
+        return status.done, f"{desc}; {said}" if said else desc
+
+    def _judge_waiting(self, pods: Sequence[Obj], status: DgdStatus) -> None:
+        """What waits with a sign and what is stuck; a container loading past ``loading_s`` ends the wait."""
+        now = clock.now()
+        events = self.reads.events(pods) if self.reads is not None else {}
+        self.signs = waiting.judge(pods, sum(self.wanted.values()), self.triage.held, events,
+                                     dgd_pending=None if status.done else status.description, fallback=self.started_at)
+        if not self.signs.stuck:
+            self.waiting_mono = clock.monotonic()
+        loads = self.signs.of(WaitingSign.LOADING)
+        longest = max(loads, key=lambda s: s.seconds(now)) if loads else None
+        self._line = self.reads.line(longest, now) if self.reads is not None else None
+        late = waiting.overdue(self.signs, now, self.loading_s)
+        if late is not None:
+            raise waiting.loading_failure(late, now, self.loading_s, self._line if late == longest else None)
 
     def _judge_failed(self, st: Obj) -> None:
         """How long a ``failed`` state has lasted, and the verdict once it is final."""

@@ -2,8 +2,9 @@
 
 Three grants, each ``null`` = ungated (contracts.md, section 2), each judged from files only:
 
-* ``max_failed_deploys``: failed deploys summed over the experiment's ledgers
-  (:func:`deploy_suite.record.experiment.failed_deploys`); spent when the sum reaches the grant;
+* ``max_failed_deploys``: failed attempts summed over the experiment's ledgers, nothing else (a
+  blocked run is never charged; a ledger older than that rule also counts each run it says ended
+  ``failed``: :func:`deploy_suite.record.experiment.failed_deploys`); spent when the sum reaches the grant;
 * ``gpu_hours``: for every ledger, ``gpus_requested`` x its allocation intervals (``allocations``:
   ``allocated_at`` .. ``released_at``, the last open one .. ``torn_down_at`` or now while the DGD
   is live; :func:`deploy_suite.record.resume.gpu_hours`); spent when the sum reaches the grant, so that a

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from deploy_suite import clock, yamlio
-from deploy_suite.record.ledger import atomic_write_text
+from deploy_suite.record.ledger import LEDGER_NAME, atomic_write_text
 from deploy_suite.vocab import RunStatus
 
 MANIFEST_NAME = "<EXP_ROOT>/manifest.yaml"
@@ -141,7 +141,17 @@ def other_live_gpus(exp_root: Path, current_root: Path, retiring_root: Path | No
 
 
 def failed_deploys(led: LedgerSummary) -> int:
-    """What one ledger counts against ``budgets.max_failed_deploys``: its ``failed_attempts``
-    entries (run-artifacts.md), and at least one per run that ended ``failed`` (optimize-loop.md
-    counts ledgers marked failed); an attempt and the run it failed are one failure, not two."""
+    """What one ledger counts against ``budgets.max_failed_deploys``, the one rule of the budget,
+    the pages and ``deploy-suite status`` (docs/procedure.md, "Outcomes"): its ``failed_attempts``
+    entries (run-artifacts.md), nothing else. A run ends ``failed`` only by a failed attempt, so a
+    failed run is its attempt, one failure, not two (optimize-loop.md counts ledgers marked failed).
+
+    The reader rule for old ledgers: a ledger written before that rule may hold runs that ended
+    ``failed`` without an attempt (a dependency, no progress, a support Job, a smoke gate), now or
+    in ``resumes``; each still counts one, as it did when it was written."""
     return max(led.failed_attempts, led.failed_runs)
+
+
+def failed_deploys_in(data: Mapping[str, Any]) -> int:
+    """:func:`failed_deploys` of one ledger document (a page or ``deploy-suite status`` reading it)."""
+    return failed_deploys(summarize(Path(LEDGER_NAME), dict(data)))

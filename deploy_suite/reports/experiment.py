@@ -199,11 +199,14 @@ def _smoke(data: Mapping[str, Any]) -> str:
 
 
 def _attempts(data: Mapping[str, Any]) -> str:
+    """The failed attempts by category; a ledger of the older rule's failed runs without one, counted."""
     attempts = [a for a in get_list(data, "failed_attempts") if isinstance(a, Mapping)]
+    older = experiment.failed_deploys_in(data) - len(attempts)
+    said = f" + {older} failed run(s) without one (older ledger), counted" if older > 0 else ""
     if not attempts:
-        return muted("none")
+        return esc(said.removeprefix(" + ")) if said else muted("none")
     kinds = Counter(str(a.get("category") or "?") for a in attempts)
-    return f"{len(attempts)}: " + esc(", ".join(f"{k} x{n}" if n > 1 else k for k, n in kinds.most_common()))
+    return f"{len(attempts)}: " + esc(", ".join(f"{k} x{n}" if n > 1 else k for k, n in kinds.most_common()) + said)
 
 
 def _when(value: object) -> str:

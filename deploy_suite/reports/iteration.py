@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from deploy_suite.errors import LedgerError
+from deploy_suite.record import experiment, resume
 from deploy_suite.record import ledger as ledger_mod
-from deploy_suite.record import resume
 from deploy_suite.reports.capacity import capacity_section
 from deploy_suite.reports.values import (
     NO_LINKS,
@@ -166,6 +166,8 @@ def stopped_by(ledger: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 STOPPED_HERE = "stopped the run (the reason is at the top)"
+OLDER_FAILED_RUN = ("<li>a run that ended <b>failed</b> without a recorded attempt (a ledger written before a "
+                    "failed run required one): it counts one failed deploy, as it did</li>")
 
 
 def step_reason(step: Mapping[str, Any], stopper: str | None = None) -> str:
@@ -230,13 +232,16 @@ def summary_html(ledger: Mapping[str, Any], ledger_path: str | None = None, link
 
     blockers = [b for b in ledger.get("blockers") or [] if isinstance(b, Mapping)]
     attempts = [a for a in ledger.get("failed_attempts") or [] if isinstance(a, Mapping)]
+    # A ledger of the older rule: runs that ended failed without an attempt, counted as they were.
+    older = experiment.failed_deploys_in(ledger) - len(attempts)
     right = [
         _box("blockers", "dsr-blockers", [
             f"<li><b>{esc(b.get('step'))}</b> [{esc(b.get('class'))}] {esc(b.get('message'))}"
             f"<br><i>fix:</i> {esc(b.get('fix'))}</li>" for b in blockers]),
         _box("failed attempts", "dsr-warn", [
             f"<li>{esc(a.get('at'))} <b>{esc(a.get('step'))}</b> [{esc(a.get('category'))}] "
-            f"{esc(a.get('diagnosis'))}</li>" for a in attempts], _torn_down(ledger)),
+            f"{esc(a.get('diagnosis'))}</li>" for a in attempts] + [OLDER_FAILED_RUN] * max(older, 0),
+            _torn_down(ledger)),
     ]
     if attempts and isinstance(ledger.get("teardown"), Mapping):
         right.append(f'<div class="dsr-box dsr-warn">{_torn_down(ledger).removeprefix("<br>")}</div>')

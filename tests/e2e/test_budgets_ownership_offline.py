@@ -5,7 +5,8 @@ The budget runs play an optimization loop: iterations 0 and 1 become ready (iter
 iteration 0), then iteration 2 is run with each budget spent in turn. How a budget got spent is
 history the test writes where the loop keeps it: ``manifest.yaml``'s session start (wall clock),
 and, for the failed deploys and GPU-hours, iteration 0's retired ledger (a failed attempt, an
-earlier allocation), a file the harness only reads once iteration 1 has retired it.
+earlier allocation), a file the harness only reads once iteration 1 has retired it. A dependency is
+never charged: a run blocked by a missing secret key leaves a budget of one failed deploy whole.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import pytest
 from deploy_suite import yamlio
 from deploy_suite.access.kube import DGD, Kube, Obj
 from deploy_suite.access.watch import Watch
+from deploy_suite.constants import LABEL_COMPONENT_TYPE
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, refresh, set_line, stage_candidate
+from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.record import ledger
 from tests import support
@@ -187,3 +190,56 @@ def test_a_spent_budget_blocks_iteration_2_in_step2_and_iteration_1_stays_live(t
         top = (exp.exp_root / "artifacts" / "experiment.html").read_text(encoding="utf-8")
         top = top.split('id="dsr-top">')[1].split("</div>")[0]
         assert "blockers (1)" in top and says in top and "budget is spent" in top, top
+
+
+# ------------------------------------------------------------------ a dependency is not a failed deploy
+
+
+def test_a_missing_secret_key_blocks_without_charging_and_a_rerun_after_the_key_is_ready(
+        target: support.Target) -> None:
+    """A run stopped by a dependency is blocked (class dependency), no failed attempt; once the
+    cluster admin adds the key, a rerun of the same iteration on a failed-deploy budget of one ends
+    ready (docs/procedure.md, "Outcomes")."""
+    exp = target.experiment(DATA / "dgd-secret-key.yaml", support={})
+    set_line(exp.exp_root / "user_workload.yaml", "max_failed_deploys", "1")
+    exp = refresh(exp.exp_root)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": support.SECRET}, "type": "Opaque"}
+    # The admin's secret lacks the key the worker reads; the kubelet's words (CreateContainerConfigError)
+    # are played by a kwok fault on the worker's pod for as long as the key is missing.
+    target.kube.delete("Secret", support.SECRET, target.namespace)
+    target.kube.create({**secret, "stringData": {"hf_token": "placeholder-not-a-real-token"}}, target.namespace)
+    worker = [*faults.by_dgd("e2e-secret-key", target.namespace),
+              {"key": f'.metadata.labels["{LABEL_COMPONENT_TYPE}"]', "operator": "In", "values": ["worker"]}]
+    fault = faults.missing_secret_key(f"e2e-key-{target.namespace}", worker, support.SECRET, "HF_TOKEN")
+    target.apply_fault(fault)
+
+    first = target.run(exp)
+
+    assert first.returncode != 0, first.output[-3000:]
+    led = first.ledger()
+    assert (led["status"], led["current_step"]) == ("blocked", "step6_readiness"), outcomes(led)
+    (blocker,) = led["blockers"]
+    assert blocker["class"] == "dependency" and "couldn't find key HF_TOKEN" in blocker["message"], blocker
+    assert led["failed_attempts"] == [] and led["teardown"]["action"] == "kept"
+    assert f"blocked: {blocker['message']}; fix: {blocker['fix']}" in first.output  # the terminal's one line
+    # Still held by the missing key (the DGD was kept for the fix), not ready behind the harness's back.
+    pods, _ = target.kube.list_items("Pod", target.namespace, label_selector=f"{LABEL_COMPONENT_TYPE}=worker")
+    assert [((c.get("state") or {}).get("waiting") or {}).get("reason") for p in pods
+            for c in p["status"].get("containerStatuses") or []] == ["CreateContainerConfigError"]
+
+    # The cluster admin adds the key; the kubelet's next try would start the container. kwok plays no
+    # such retry (a pod it left waiting stays so), so the waiting pod is replaced by its ReplicaSet.
+    target.kube.delete("Secret", support.SECRET, target.namespace)
+    target.kube.create({**secret, "stringData": {"HF_TOKEN": "placeholder-not-a-real-token"}}, target.namespace)
+    faults.remove(target.kube, fault)
+    target.kwok_faults.remove(fault)
+    for pod in pods:
+        target.kube.delete("Pod", pod["metadata"]["name"], target.namespace)
+
+    again = target.run(exp)  # the same iteration, the same handoff: it resumes in the same directory
+
+    led = again.ledger()
+    assert again.returncode == 0 and led["status"] == "ready", (outcomes(led), led["blockers"], again.output[-3000:])
+    charged = led["budget"]["max_failed_deploys"]
+    assert (charged["used"], charged["limit"], charged["spent"]) == (0, 1, False)
+    assert led["failed_attempts"] == [] and led["resumes"][-1]["previous_status"] == "blocked"

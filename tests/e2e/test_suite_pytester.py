@@ -410,7 +410,7 @@ def test_a_blocking_step_skips_every_later_step_with_its_reason(suite: Suite):
     assert html.count("secret hf-token-secret not found") == 2
 
 
-def test_a_failing_step_fails_the_ledger_and_a_missing_step_blocks_the_next(suite: Suite):
+def test_a_failing_step_blocks_the_ledger_and_a_missing_step_blocks_the_next(suite: Suite):
     steps = _steps_dir(suite.pytester, {
         "step2_validate": "def test_step2_validate():\n    assert 1 == 2, 'dry-run rejected'\n",
         "step4_support_manifests": "def test_step4_support_manifests():\n    pass\n",
@@ -418,7 +418,10 @@ def test_a_failing_step_fails_the_ledger_and_a_missing_step_blocks_the_next(suit
     result = suite.run(steps=steps)
     assert result.ret == 1
     data = suite.ledger()
-    assert data["status"] == "failed" and data["current_step"] == "step2_validate"
+    # An error no judge classified is not the candidate's failed attempt: blocked, class error.
+    assert data["status"] == "blocked" and data["current_step"] == "step2_validate"
+    assert data["failed_attempts"] == [] and data["blockers"][0]["class"] == "error"
+    assert data["blockers"][0]["message"].startswith("AssertionError: dry-run rejected")
     assert data["diagnostics"][0]["error"].startswith("AssertionError: dry-run rejected")
     assert data["steps"][3]["reason"].startswith("blocked by step2_validate: AssertionError")
 

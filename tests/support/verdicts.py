@@ -81,7 +81,7 @@ def worker_main(dgd: dict[str, Any]) -> dict[str, Any]:
 class Expected:
     """The verdict the procedure's rules ask for."""
 
-    status: str  # the ledger's status: failed, blocked or ready
+    status: str  # the ledger's status: failed (a failed attempt), blocked or ready
     step: str  # the step that gave it
     category: str | None  # readiness state / blocker class
     failed_attempt: bool  # charged to the failed-deploy budget
@@ -330,7 +330,8 @@ def _multinode() -> dict[str, Any]:
 
 
 FAILED_ATTEMPT = {"status": "failed", "step": "step6_readiness", "failed_attempt": True}
-DEPENDENCY = Expected("failed", "step6_readiness", "dependency", False)
+# Not the candidate's failure: blocked with its class, no failed attempt (docs/procedure.md, "Outcomes").
+DEPENDENCY = Expected("blocked", "step6_readiness", "dependency", False)
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("untolerated-taint", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
@@ -367,6 +368,6 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              evidence=("ready-status",), covered_by="test_a_slow_start_that_keeps_progressing_ends_ready"),
     Scenario("pre-1.0-success", Expected("ready", "step7_smoke", "ready", False), profiles=("0.9",),
              evidence=("ready-status",)),
-    Scenario("listed-model-not-ready", Expected("failed", "step7_smoke", "chat", False),
+    Scenario("listed-model-not-ready", Expected("blocked", "step7_smoke", "smoke", False),
              setup=_serving_fault("model-not-ready")),
 )}

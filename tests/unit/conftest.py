@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from deploy_suite import clock
+from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.settings import Settings
 
 
 @pytest.fixture
@@ -16,3 +19,14 @@ def fake_clock() -> Iterator[clock.FakeClock]:
     previous = clock.install(fake)
     yield fake
     clock.install(previous)
+
+
+@pytest.fixture
+def run_state(tmp_path: Path) -> RunState:
+    """A RunState of iteration 0 whose ledger is written under ``tmp_path``'s deployment directory."""
+    settings = Settings(iteration=0, exp_root=tmp_path, workload=tmp_path / "w", workload_sha256="a" * 64,
+                        dgd=tmp_path / "d", dgd_sha256="b" * 64, provenance="user-interviewer")
+    state = RunState.create(settings)
+    (tmp_path / "artifacts" / "deploy-iter-000").mkdir(parents=True)
+    state.attach_directory(tmp_path / "artifacts" / "deploy-iter-000", False, None)
+    return state

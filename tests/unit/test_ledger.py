@@ -275,13 +275,8 @@ def test_ordinary_values_pass_the_guard(value: Any):
 
 
 @pytest.fixture
-def run(tmp_path: Path) -> RunState:
-    settings = Settings(iteration=0, exp_root=tmp_path, workload=tmp_path / "w", workload_sha256="a" * 64,
-                        dgd=tmp_path / "d", dgd_sha256="b" * 64, provenance="user-interviewer")
-    state = RunState.create(settings)
-    (tmp_path / "artifacts" / "deploy-iter-000").mkdir(parents=True)
-    state.attach_directory(tmp_path / "artifacts" / "deploy-iter-000", False, None)
-    return state
+def run(run_state: RunState) -> RunState:
+    return run_state
 
 
 def saved_unchecked(run: RunState) -> dict[str, Any]:
@@ -334,10 +329,10 @@ def test_blocked_step_blocks_every_later_step_with_its_reason(run: RunState):
 
 
 def test_failed_step_makes_the_ledger_failed(run: RunState):
-    run.begin_step("step1_inputs")
-    run.end_step("step1_inputs", "failed", "RuntimeError: boom")
+    run.begin_step("step1_inputs")  # a failed step is a failed attempt (tests/unit/test_outcomes.py)
+    run.end_step("step1_inputs", "failed", "StepFailure: crash loop")
     assert saved(run)["status"] == "failed"
-    assert run.blocked_reason("step2_validate") == "blocked by step1_inputs: RuntimeError: boom"
+    assert run.blocked_reason("step2_validate") == "blocked by step1_inputs: StepFailure: crash loop"
 
 
 def test_a_step_that_did_not_run_blocks_the_later_ones(run: RunState):

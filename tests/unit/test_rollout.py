@@ -489,8 +489,10 @@ def test_a_crash_keeps_its_evidence_then_is_torn_down_unless_kept(fake, tmp_path
     deletes = [i for i, r in enumerate(api.requests) if r.method == "DELETE"]
     assert deletes == [] if keep else deletes[0] > log_read
     assert any("logs demo-worker-0 -n demo --tail=40 -c main --previous" in r.command for r in records)
-    run.record(partial)
+    assert isinstance(partial, readiness.Readiness) and partial.failed_attempt
+    run.stop_step("step6_readiness", error)  # as the ledger plugin does: the partial result, then the verdict
     data = run.ledger.data
+    assert data["status"] == "failed" and data["blockers"] == []  # the candidate's own failure
     found = data["readiness"]["failure_evidence"]
     (container,) = found["containers"]
     assert container["previous"] and container["last_terminated"] == "last terminated: OOMKilled (exit code 137)"
@@ -506,7 +508,7 @@ def test_a_crash_keeps_its_evidence_then_is_torn_down_unless_kept(fake, tmp_path
     assert teardown["action"] == ("kept" if keep else "deleted") and teardown["evidence_file"] == found["log_file"]
     # torn_down_at is when the pods were gone (the GPUs free), after the delete.
     assert data["torn_down_at"] == (None if keep else teardown["pods_gone_at"])
-    (attempt,) = data["failed_attempts"]
+    (attempt,) = data["failed_attempts"]  # once: recorded by the readiness result, not again by the verdict
     assert (attempt["step"], attempt["category"], attempt["diagnosis"]) == ("step6_readiness", "crash", str(error))
 
 
@@ -531,10 +533,14 @@ def test_a_dependency_keeps_its_evidence_and_the_dgd_and_is_not_a_failed_attempt
     api.put(POD, pod("demo-worker-0", NS, labels=DGD_LABEL, unschedulable=message))
     api.put(KNOWN["Event"], fakekube.scheduling_event("demo-worker-0", NS, message))
     run = make_run(tmp_path, step="step6_readiness")
-    error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
-    run.record(partial)
+    error, _ = fail_with_result(lambda: readiness.readiness(run, kube))
+    run.stop_step("step6_readiness", error)
     assert error.category == "dependency" and not error.failed_attempt and api.of("DELETE") == []
     assert run.ledger.data["failed_attempts"] == [] and run.ledger.data["torn_down_at"] is None
+    # Not the candidate's failure: blocked, class dependency (docs/procedure.md, "Outcomes").
+    assert run.ledger.data["status"] == "blocked"
+    (blocker,) = run.ledger.data["blockers"]
+    assert (blocker["step"], blocker["class"], blocker["message"]) == ("step6_readiness", "dependency", str(error))
     assert run.ledger.data["readiness"]["state"] == "dependency"
     assert run.ledger.data["teardown"]["action"] == "kept" and "not known to be final" in \
         run.ledger.data["teardown"]["reason"]
@@ -593,6 +599,8 @@ def test_a_start_without_progress_fails_after_the_bound_naming_the_last_progress
     assert error.category == "no-progress" and not error.failed_attempt
     assert str(error).startswith("no progress for 300s (timeouts.readiness_no_progress_s 300s); last progress: ")
     assert "pod demo-worker-0" in str(error) and "pods ready 0/2" in str(error)
+    # The worker loads (running, no restarts): a sign; the frontend that never came is what is stuck.
+    assert "stuck with no sign of a legitimate wait: 1 of 2 pods not created;" in str(error)
     assert partial.last_progress["what"].startswith("pod demo-worker-0") and partial.teardown["action"] == "kept"
     assert api.of("DELETE") == []
 

@@ -3,6 +3,7 @@ as step 6 meets them (the vectors themselves are in test_triage_vectors.py)."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -103,6 +104,32 @@ def test_a_single_event_and_the_events_api_shape_are_read(tmp_path, capsys):
                "regarding": {"kind": "Pod", "name": "w", "namespace": "ns"}}
     code, out, _ = run(capsys, write(tmp_path, "new.json", {"kind": "EventList", "items": [new_api]}))
     assert code == 0 and out.startswith("Pod/w\twait\tcontention\tpod w is waiting for capacity (nvidia.com/gpu)")
+
+
+def test_grove_lws_and_kueue_objects_come_in_as_many_files_as_kubectl_printed(tmp_path, capsys, monkeypatch):
+    events = write(tmp_path, "e.json", {"kind": "List", "items": []})
+    lost = {"name": "main", "state": {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown",
+                                                       "message": "The container could not be located"}}}
+    pods = write(tmp_path, "pods.json", {"kind": "List", "items": [
+        {"metadata": {"name": "w-0", "namespace": "ns"}, "spec": {"nodeName": "n"},
+         "status": {"phase": "Failed", "containerStatuses": [lost]}}]})
+    relayed = "[Operation: Sync, Code: ERR_CREATE_POD] message: failed to create Pod, cause: pods \"x\" is " \
+              "forbidden: exceeded quota: q"
+    grove = {"kind": "List", "items": [
+        {"kind": "PodClique", "metadata": {"name": "llm-0-worker", "namespace": "ns"},
+         "status": {"lastErrors": [{"code": "ERR_CREATE_POD", "description": relayed}]}},
+        {"kind": "Workload", "metadata": {"name": "llm-wl", "namespace": "ns"},
+         "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "WaitingForQuota",
+                                    "message": "couldn't assign flavors to pod set main: insufficient quota"}]}}]}
+    code, out, err = run(capsys, events, "--pods", pods, "--objects", write(tmp_path, "grove.json", grove), "--json")
+    found = {r["object"]: r["category"] for r in json.loads(out)}
+    assert (code, err) == (1, "") and found == {"Pod/w-0": "platform", "PodClique/llm-0-worker": "dependency",
+                                                "Workload/llm-wl": "contention"}
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(grove)))
+    code, out, _ = run(capsys, events, "--objects", "-", "--json")
+    assert code == 1 and {r["object"] for r in json.loads(out)} == {"PodClique/llm-0-worker", "Workload/llm-wl"}
+    code, _, err = run(capsys, "-", "--objects", "-")
+    assert code == 2 and "stdin: is named by more than one input" in err
 
 
 def test_nothing_to_triage_is_said_and_exits_zero(tmp_path, capsys):

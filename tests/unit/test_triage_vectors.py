@@ -1,5 +1,5 @@
-"""Every vector of tests/unit/data/triage/scheduling-events.yaml, through the library and through
-`deploy-suite triage` (--json and text, a file and stdin): real messages, this project's verdicts."""
+"""Every vector of tests/unit/data/triage/*.yaml, through the library and through `deploy-suite triage`
+(--json and text, a file and stdin): real messages, this project's verdicts (docs/triage.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from deploy_suite import cli, yamlio
 from deploy_suite.judges import objects as triage_objects
 
 DATA = Path(__file__).parent / "data" / "triage"
-FILES = [yamlio.load_one(DATA / name) for name in ("scheduling-events.yaml", "container-words.yaml")]
+PATHS = sorted(DATA.glob("*.yaml"))
+FILES = [yamlio.load_one(path) for path in PATHS]
 VECTORS = {section: [v for f in FILES for v in f.get(section) or []]
            for section in ("events", "composed", "groups", "pods", "objects")}
 # Each vector's saved container logs, by pod name then container (deploy-suite triage --logs).
@@ -115,3 +116,27 @@ def test_the_cli_gives_every_vector_its_verdict(tmp_path, capsys, monkeypatch, a
     code, out, err = run_cli(args, capsys, stdin, monkeypatch)
     assert parse(out, as_json) == {k: v for k, v in expected.items() if v is not None} and err == ""
     assert code == 1  # some vectors need action
+
+
+# The files written since every vector had to cite a URL (scheduling-events.yaml keeps its older form);
+# the speakers' files name each vector's speaker too (docs/triage.md counts them).
+CITED = [yamlio.load_one(path) for path in PATHS if path.name != "scheduling-events.yaml"]
+TAGGED = [yamlio.load_one(path) for path in PATHS if path.name in {"speakers.yaml", "held-out.yaml"}]
+SPEAKERS = {"kai", "grove", "lws", "kueue", "operator", "kubelet", "kube-scheduler"}
+
+
+@pytest.mark.parametrize("section", ["events", "pods", "objects"])
+def test_every_new_vector_cites_a_public_source_and_its_speaker(section):
+    vectors = [v for f in CITED for v in f.get(section) or []]
+    assert vectors
+    assert all("https://" in str(v.get("source")) for v in vectors), [v.get("why") for v in vectors
+                                                                       if "https://" not in str(v.get("source"))]
+    assert all(v.get("speaker") in SPEAKERS for f in TAGGED for v in f.get(section) or [])
+
+
+def test_held_out_and_negative_vectors_never_claim_a_guessed_action():
+    held = [v for f in CITED for s in ("events", "pods", "objects") for v in f.get(s) or [] if v.get("held_out")]
+    negative = [v for f in CITED for s in ("events", "pods", "objects") for v in f.get(s) or [] if v.get("negative")]
+    assert len(held) >= 30 and len(negative) >= 8
+    # A negative vector is words no rule may read: unknown (shown) or no verdict at all.
+    assert all(v["expect"] in (None, {"action": "unknown", "category": "unknown"}) for v in negative)
