@@ -5,7 +5,10 @@ reservation taint it does not, a few cordoned nodes), 20,000 pods holding GPUs (
 stuck in ImagePullBackOff), and a DGD that expands to 256 pod demands with node selectors,
 tolerations, hostname anti-affinity and a multinode component.
 
-Usage: python bench/bench_capacity.py [--runs N] [--nodes N] [--pods N]
+``--resources``: every worker also asks CPU, memory and ``rdma/ib`` (as NVIDIA's InfiniBand recipes
+do) and every GPU node offers them, so each is judged against what the nodes can ever offer too.
+
+Usage: python bench/bench_capacity.py [--runs N] [--nodes N] [--pods N] [--resources]
 Prints one JSON line (figures) and one human line. Goal: median < 1 s, peak memory < 300 MB.
 """
 
@@ -96,6 +99,20 @@ spec:
 """
 
 
+WORKER_RESOURCES = '{limits: {nvidia.com/gpu: "GPUS", rdma/ib: "1"}, requests: {cpu: "16", memory: 128Gi}}'
+NODE_RESOURCES = {"cpu": "192", "memory": "2048Gi", "rdma/ib": "8"}
+
+
+def with_resources(text: str) -> str:
+    """The bench DGD whose workers ask CPU, memory and rdma/ib next to their GPUs."""
+    for gpus in ("2", "4", "8"):
+        asks = f"resources: {WORKER_RESOURCES.replace('GPUS', gpus)}"
+        limit = f'limits: {{nvidia.com/gpu: "{gpus}"}}'
+        text = text.replace(f'resources: {{{limit}, requests: {{nvidia.com/gpu: "{gpus}"}}}}', asks)
+        text = text.replace(f"resources: {{{limit}}}", asks)
+    return text
+
+
 def build_cluster(n_nodes: int, n_pods: int, seed: int = 7) -> tuple[list[dict], list[dict]]:
     rnd = random.Random(seed)
     nodes = []
@@ -157,10 +174,16 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--pods", type=int, default=20000)
+    ap.add_argument("--resources", action="store_true", help="workers ask CPU, memory and rdma/ib too")
     args = ap.parse_args()
 
-    dgd = parse_dgd(DGD_YAML, "bench-dgd")
+    dgd = parse_dgd(with_resources(DGD_YAML) if args.resources else DGD_YAML, "bench-dgd")
     nodes, pods = build_cluster(args.nodes, args.pods)
+    if args.resources:
+        for n in nodes:
+            if "nvidia.com/gpu" in n["status"].get("allocatable", {}):
+                n["status"]["allocatable"].update(NODE_RESOURCES)
+        assert all(c.requests for c in dgd.components if c.gpus_per_pod), "every worker asks more than GPUs"
     times = []
     result = None
     for _ in range(args.runs):
@@ -180,6 +203,7 @@ def main() -> int:
         "nodes": args.nodes,
         "pods": args.pods,
         "demands": len(dgd.pod_demands()),
+        "resources": sorted({r for c in dgd.components for r in c.requests}),
         "gpus_requested": result.gpus_requested,
         "outcome": result.outcome,
         "exact": result.exact,

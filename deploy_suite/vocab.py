@@ -50,6 +50,9 @@ class BlockerClass(StrEnum):
     PINNED = "pinned"
     GPU_CEILING = "gpu-ceiling"
     GPU_CAPACITY = "gpu-capacity"
+    # A resource the pods ask for (rdma/ib, CPU, memory, a DRA device class) that no node they may
+    # use can ever offer, whatever is freed: it never fits as written.
+    RESOURCE_CAPACITY = "resource-capacity"
     GPU_SKU = "gpu-sku"
     OWNERSHIP = "ownership"
     BUDGET = "budget"

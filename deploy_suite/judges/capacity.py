@@ -20,7 +20,9 @@ finds a witness packing (then a fragmentation warning is raised: the real schedu
 pods pending) or proves that none exists. A step budget bounds it; when exhausted the answer is
 ``unknown``, never a guessed ``sufficient``. The problem both answers work on (nodes, groups of
 identical demands, eligibility, affinity terms) and the placement state they share live in
-``deploy_suite.judges.placement``.
+``deploy_suite.judges.placement``. Every other resource the pods ask for, and their DRA claims, is
+judged against what the nodes can ever offer (``deploy_suite.judges.offer``): what none can is
+``insufficient`` (``never_offered``), whatever the GPUs say.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from deploy_suite.errors import SearchBudgetExhausted
+from deploy_suite.judges import offer
+from deploy_suite.judges.dra import DraView
 from deploy_suite.judges.placement import Key, Problem, State
 from deploy_suite.model.dgd import Dgd, PodDemand
 
@@ -68,6 +72,10 @@ class CapacityResult:
     simulation_unplaced: list[str]
     search_steps: int
     limitations: list[str]
+    # What no node the pods may use can ever offer (each line names the resource and the nodes).
+    never_offered: list[str] = field(default_factory=list)
+    resources: list[dict[str, Any]] = field(default_factory=list)  # every other resource asked: who offers it
+    dra: list[dict[str, Any]] = field(default_factory=list)  # the DRA claims as the cluster says
     _rows: list[dict[str, Any]] = field(repr=False, default_factory=list)
 
     def table(self, only_gpu_nodes: bool = True) -> list[dict[str, Any]]:
@@ -100,6 +108,9 @@ class CapacityResult:
             "placement": self.placement,
             "simulation_unplaced": self.simulation_unplaced,
             "search_steps": self.search_steps,
+            "never_offered": self.never_offered,
+            "resources": self.resources,
+            "dra": self.dra,
             "table": self.table(),
         }
 
@@ -290,26 +301,28 @@ def check_capacity(
     namespace: str | None = None,
     budget: int = DEFAULT_BUDGET,
     always_search: bool = False,
+    dra: DraView | None = None,
 ) -> CapacityResult:
     """Decide whether the DGD's pods fit now; see the module docstring for the rules.
 
     ``dgd`` may be a :class:`Dgd` (its ``unrepresentable`` reasons force ``unknown``) or a list of
     pod demands. ``namespace`` is where the DGD will run (for pod affinity namespace matching).
     ``always_search`` runs the exact search even when the simulation already placed everything.
+    ``dra`` is what the cluster says of DRA claims (None: not read, so a claim leaves the GPU
+    count unknown).
     """
     unrepresentable: list[str] = []
     if isinstance(dgd, Dgd):
-        if dgd.total_gpus() == 0 and not dgd.unrepresentable:
-            return _unplaced_result("not needed", [NO_GPU], 0, Problem([], nodes, pods, namespace))
-        if dgd.pod_count() > EXPANSION_LIMIT:
-            return _totals_only(dgd, nodes, pods, namespace)
+        if gpu_less(dgd) or dgd.pod_count() > EXPANSION_LIMIT:
+            return _unexpanded(dgd, nodes, pods, namespace, dra)
         demands = dgd.pod_demands(namespace)
         unrepresentable = list(dgd.unrepresentable)
     else:
         demands = list(dgd)
     pb = Problem(demands, nodes, pods, namespace)
+    offered = offer.judge(pb, [len(g.demands) for g in pb.groups], dra)
+    unrepresentable += offered.gpu_unknown
     gpus_requested = sum(d.gpus for d in demands)
-    limitations = [*pb.limitations, "CPU, memory and other resources are not checked (GPUs only)"]
     warnings: list[str] = []
     reasons: list[str] = []
 
@@ -346,12 +359,7 @@ def check_capacity(
                 "does not control; no placement was found in the orders tried:"
             )
         reasons.extend(sim.explanations(pb))
-    if unrepresentable:
-        head = [f"the DGD cannot be expanded faithfully: {why}" for why in unrepresentable]
-        if outcome != "unknown":
-            head.append(f"(ignoring that, the placement check alone says {outcome})")
-        reasons = [*head, *reasons]
-        outcome = "unknown"
+    outcome, reasons = _overall(outcome, reasons, unrepresentable, offered.never)
 
     exact = search.status if search.status != "not run" else ("feasible" if sim_ok else "not run")
     return CapacityResult(
@@ -365,31 +373,71 @@ def check_capacity(
         simulation_placement={pb.demands[d].name: pb.nodes[i].name for d, i in sim.placement.items()},
         simulation_unplaced=sim.unplaced_names(pb),
         search_steps=search.steps,
-        limitations=limitations,
+        limitations=[*pb.limitations, *offered.limitations],
+        never_offered=offered.never,
+        resources=offered.resources,
+        dra=offered.dra,
         _rows=_rows(pb, witness if witness is not None else sim.placement),
     )
 
 
-def _unplaced_result(outcome: Outcome, reasons: list[str], gpus: int, pb: Problem) -> CapacityResult:
-    """A result without a placement: nothing to place, or a DGD too large to expand."""
+def gpu_less(dgd: Dgd) -> bool:
+    """No GPU to place: no device-plugin GPU, nothing unrepresentable, no DRA claim that may hide GPUs."""
+    return dgd.total_gpus() == 0 and not dgd.unrepresentable and not any(c.dra_claims for c in dgd.components)
+
+
+def _overall(outcome: Outcome, reasons: list[str], unrepresentable: list[str],
+             never: list[str]) -> tuple[Outcome, list[str]]:
+    """The GPU answer with what else is known: what no node can ever offer is ``insufficient``
+    whatever the GPUs say; a DGD not expanded faithfully is otherwise ``unknown``."""
+    if never:
+        head = list(never)
+        if outcome != "insufficient" and reasons:
+            head.append(f"(the GPU placement alone says {outcome})")
+        return "insufficient", [*head, *reasons]
+    if unrepresentable:
+        head = [f"the DGD cannot be expanded faithfully: {why}" for why in unrepresentable]
+        if outcome != "unknown":
+            head.append(f"(ignoring that, the placement check alone says {outcome})")
+        return "unknown", [*head, *reasons]
+    return outcome, reasons
+
+
+def _unplaced_result(outcome: Outcome, reasons: list[str], gpus: int, pb: Problem,
+                     offered: offer.Offered) -> CapacityResult:
+    """A result without a placement: nothing to place (no GPU table), or a DGD too large to expand."""
     return CapacityResult(outcome=outcome, reasons=reasons, warnings=[], gpus_requested=gpus, exact="not run",
                           simulation_ok=outcome == "not needed", placement=None, simulation_placement={},
                           simulation_unplaced=[], search_steps=0,
-                          limitations=[*pb.limitations, "CPU, memory and other resources are not checked (GPUs only)"],
-                          _rows=_rows(pb, {}))
+                          limitations=[*pb.limitations, *offered.limitations], never_offered=offered.never,
+                          resources=offered.resources, dra=offered.dra, _rows=_rows(pb, {}) if gpus else [])
 
 
-def _totals_only(dgd: Dgd, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
-                 namespace: str | None) -> CapacityResult:
-    """More pods than :data:`EXPANSION_LIMIT`: each component's GPU total against the free GPUs on
-    the nodes it may use (one pod per component carries its constraints). A shortfall is
-    ``insufficient`` whatever the placement; otherwise the answer is ``unknown``, never a guess."""
+def _unexpanded(dgd: Dgd, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
+                namespace: str | None, dra: DraView | None) -> CapacityResult:
+    """One pod per component carries its constraints: a GPU-less DGD (``not needed`` unless a
+    resource it asks can never be offered), or one of more pods than :data:`EXPANSION_LIMIT`."""
     firsts = dgd.pod_demands(namespace, first_only=True)
     pb = Problem(firsts, nodes, pods, namespace)
+    per_pod = {c.name: c.replicas * c.node_count for c in dgd.components}
+    offered = offer.judge(pb, [sum(per_pod[pb.demands[d].component] for d in g.demands) for g in pb.groups], dra)
+    if gpu_less(dgd):
+        if offered.never:
+            return _unplaced_result("insufficient", offered.never, 0, pb, offered)
+        return _unplaced_result("not needed", [NO_GPU], 0, pb, offered)
+    outcome, reasons = _totals_only(dgd, pb)
+    outcome, reasons = _overall(outcome, reasons, offered.gpu_unknown if outcome == "unknown" else [], offered.never)
+    return _unplaced_result(outcome, reasons, dgd.total_gpus(), pb, offered)
+
+
+def _totals_only(dgd: Dgd, pb: Problem) -> tuple[Outcome, list[str]]:
+    """More pods than :data:`EXPANSION_LIMIT`: each component's GPU total against the free GPUs on
+    the nodes it may use. A shortfall is ``insufficient`` whatever the placement; otherwise the
+    answer is ``unknown``, never a guess."""
     st = State(pb)
     need: Counter[int] = Counter()
     comps: dict[int, list[str]] = {}
-    for i, demand in enumerate(firsts):
+    for i, demand in enumerate(pb.demands):
         sig = pb.groups[pb.group_of[i]].sig
         need[sig] += dgd.component(demand.component).total_gpus
         comps.setdefault(sig, []).append(demand.component)
@@ -404,7 +452,7 @@ def _totals_only(dgd: Dgd, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Ma
         eligible = sum(1 for i in range(len(pb.nodes)) if pb.mask[i] >> sig & 1)
         reasons.append(f"component(s) {', '.join(comps[sig])} need {n} {pb.resources[pb.sig_keys[sig][1]]} in "
                        f"total; {free} free on the {eligible} node(s) they may use")
-    return _unplaced_result("insufficient" if short else "unknown", reasons, dgd.total_gpus(), pb)
+    return ("insufficient" if short else "unknown"), reasons
 
 
 def _rows(pb: Problem, placement: Mapping[int, int]) -> list[dict[str, Any]]:

@@ -1,9 +1,10 @@
 """The placement problem the capacity engine solves, and the placement state its two answers share.
 
 ``Problem`` is everything static about "place these pod demands on this cluster now": the nodes
-(GPUs allocatable and held, blocking taints, cordons), identical demands grouped so the search
-treats them as interchangeable, each group's static eligibility per node (Kubernetes filter
-order, with the reason a node is out), the required pod (anti-)affinity terms and what existing
+(GPUs allocatable and held, the allocatable of every other resource the pods ask for, blocking
+taints, cordons), identical demands grouped so the search treats them as interchangeable, each
+group's static eligibility per node (Kubernetes filter order, then what the node can ever offer,
+with the reason a node is out), the required pod (anti-)affinity terms and what existing
 pods contribute to them, and node classes (nodes no placement can tell apart). ``State`` is the
 mutable placement: free GPUs per node, planned pods per topology domain, and pools of
 interchangeable nodes. The scheduler simulation and the exact search in
@@ -12,6 +13,7 @@ interchangeable nodes. The scheduler simulation and the exact search in
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +31,8 @@ from deploy_suite.model.scheduling import (
     parse_count,
     parse_scheduling,
     pod_gpus,
+    quantity,
+    show_quantity,
 )
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -52,6 +56,10 @@ class Node:
     total: list[int]  # per resource index
     held: list[int]
     holders: list[tuple[str, int, int]] = field(default_factory=list)  # (ns/pod, resource idx, gpus)
+    alloc: dict[str, float] = field(default_factory=dict)  # the other resources the pods ask for
+
+    def offers(self, resource: str) -> float:
+        return self.alloc.get(resource, 0.0)
 
 
 @dataclass(frozen=True)
@@ -70,7 +78,7 @@ def _node_value(obj: Mapping[str, Any], *path: str) -> Any:
     return cur
 
 
-def _parse_nodes(raw_nodes: Sequence[Mapping[str, Any]], resources: list[str]) -> list[Node]:
+def _parse_nodes(raw_nodes: Sequence[Mapping[str, Any]], resources: list[str], others: list[str]) -> list[Node]:
     nodes = []
     for raw in raw_nodes:
         name = _node_value(raw, "metadata", "name")
@@ -90,6 +98,10 @@ def _parse_nodes(raw_nodes: Sequence[Mapping[str, Any]], resources: list[str]) -
         for r in resources:
             value = alloc.get(r) if r in alloc else cap.get(r)
             total.append(parse_count(value) or 0 if value is not None else 0)
+        other = {}
+        for r in others:
+            value = alloc.get(r) if r in alloc else cap.get(r)
+            other[r] = _offered(str(value)) if value is not None else 0.0
         nodes.append(
             Node(
                 name,
@@ -98,10 +110,17 @@ def _parse_nodes(raw_nodes: Sequence[Mapping[str, Any]], resources: list[str]) -
                 bool(_node_value(raw, "spec", "unschedulable")),
                 total,
                 [0] * len(resources),
+                alloc=other,
             )
         )
     nodes.sort(key=lambda n: n.name)  # index order = name order: ties resolve by name everywhere
     return nodes
+
+
+@functools.lru_cache(maxsize=1024)
+def _offered(value: str) -> float:
+    """An allocatable quantity; nodes of a pool share their strings, so each is parsed once."""
+    return quantity(value) or 0.0
 
 
 def slim_node(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -143,6 +162,7 @@ class Group:
     scheduling: Scheduling
     labels: Mapping[str, str]
     namespace: str | None
+    requests: tuple[tuple[str, float], ...] = ()  # every other resource, per pod
     sig: int = 0  # static eligibility signature index
     anti: list[int] = field(default_factory=list)  # own anti-affinity term ids
     aff: list[int] = field(default_factory=list)  # own affinity term ids
@@ -165,7 +185,8 @@ class Problem:
         self.limitations: list[str] = []
         self.resources = sorted({d.gpu_resource for d in demands} | {GPU_RESOURCE})
         res_index = {r: i for i, r in enumerate(self.resources)}
-        self.nodes = _parse_nodes(raw_nodes, self.resources)
+        self.others = sorted({r for d in demands for r, _ in d.requests})
+        self.nodes = _parse_nodes(raw_nodes, self.resources, self.others)
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
 
         # Groups of identical demands, in creation order of their first member.
@@ -174,32 +195,16 @@ class Problem:
         self.groups: list[Group] = []
         for i, d in enumerate(self.demands):
             ns = d.namespace or namespace
-            key = (d.gpus, d.gpu_resource, d.scheduling, tuple(sorted(d.labels.items())), ns)
+            key = (d.gpus, d.gpu_resource, d.scheduling, tuple(sorted(d.labels.items())), ns, d.requests)
             grp = by_key.get(key)
             if grp is None:
-                grp = Group([], d.gpus, res_index[d.gpu_resource], d.scheduling, d.labels, ns)
+                grp = Group([], d.gpus, res_index[d.gpu_resource], d.scheduling, d.labels, ns, d.requests)
                 by_key[key] = grp
                 self.groups.append(grp)
             grp.demands.append(i)
             self.group_of.append(self.groups.index(grp))
 
-        # Static eligibility per distinct (node filter, resource, gpus): computed once per signature.
-        sigs: dict[tuple[Any, ...], int] = {}
-        self.sig_keys: list[tuple[Scheduling, int, int]] = []
-        for grp in self.groups:
-            skey = (grp.scheduling.node_filter(), grp.resource, grp.gpus)
-            if skey not in sigs:
-                sigs[skey] = len(sigs)
-                self.sig_keys.append((grp.scheduling.node_filter(), grp.resource, grp.gpus))
-            grp.sig = sigs[skey]
-        self.exclusion: list[list[str | None]] = [
-            [_exclusion(n, sched, self.resources[r], r, g) for n in self.nodes] for sched, r, g in self.sig_keys
-        ]
-        self.mask = [0] * len(self.nodes)
-        for s, excl in enumerate(self.exclusion):
-            for i, why in enumerate(excl):
-                if why is None:
-                    self.mask[i] |= 1 << s
+        self._signatures()
 
         # Pod (anti-)affinity terms owned by planned pods, deduplicated.
         terms: dict[tuple[PodAffinityTerm, str | None], int] = {}
@@ -237,6 +242,34 @@ class Problem:
                         grp.blocked.add((ea.term.topology_key, value))
 
         self._classify_nodes()
+
+    def _signatures(self) -> None:
+        """Static eligibility per distinct (node filter, resource, gpus, other requests): computed
+        once per signature, with the reason each node is out."""
+        sigs: dict[tuple[Any, ...], int] = {}
+        self.sig_keys: list[tuple[Scheduling, int, int]] = []
+        self.sig_requests: list[tuple[tuple[str, float], ...]] = []
+        for grp in self.groups:
+            skey = (grp.scheduling.node_filter(), grp.resource, grp.gpus, grp.requests)
+            if skey not in sigs:
+                sigs[skey] = len(sigs)
+                self.sig_keys.append((grp.scheduling.node_filter(), grp.resource, grp.gpus))
+                self.sig_requests.append(grp.requests)
+            grp.sig = sigs[skey]
+        self.exclusion: list[list[str | None]] = []
+        self.mask = [0] * len(self.nodes)  # bit s: the node can take a pod of signature s
+        self.usable = [0] * len(self.nodes)  # bit s: its pods may use the node, whatever it offers
+        for s, ((sched, r, g), asks) in enumerate(zip(self.sig_keys, self.sig_requests, strict=True)):
+            excl: list[str | None] = []
+            for i, node in enumerate(self.nodes):
+                why = filter_reason(node, sched)
+                if why is None:
+                    self.usable[i] |= 1 << s
+                    why = _short(node, self.resources[r], r, g, asks)
+                    if why is None:
+                        self.mask[i] |= 1 << s
+                excl.append(why)
+            self.exclusion.append(excl)
 
     def _selects(self, term_id: int, namespace: str | None, labels: Mapping[str, str]) -> bool:
         term, owner_ns = self.terms[term_id]
@@ -326,8 +359,8 @@ class Problem:
             self.class_mask[c] = self.mask[i]
 
 
-def _exclusion(node: Node, sched: Scheduling, resource: str, r: int, gpus: int) -> str | None:
-    """Why ``node`` can never host this pod (Kubernetes filter order), or None when eligible."""
+def filter_reason(node: Node, sched: Scheduling) -> str | None:
+    """Why the pod may not use ``node`` whatever it offers (Kubernetes filter order), or None."""
     if node.cordoned and not any(t.tolerates(UNSCHEDULABLE_TAINT) for t in sched.tolerations):
         return "cordoned (spec.unschedulable)"
     for taint in node.taints:
@@ -339,8 +372,17 @@ def _exclusion(node: Node, sched: Scheduling, resource: str, r: int, gpus: int) 
     if sched.node_affinity is not None and not any(t.matches(node.labels, node.name) for t in sched.node_affinity):
         terms = " or ".join(f"({t})" for t in sched.node_affinity) or "<no terms>"
         return f"required node affinity not matched: {terms}"
+    return None
+
+
+def _short(node: Node, resource: str, r: int, gpus: int, asks: tuple[tuple[str, float], ...]) -> str | None:
+    """What ``node`` can never offer the pod (its allocatable, whatever runs there), or None."""
     if gpus > node.total[r]:
         return f"only {node.total[r]} {resource} allocatable, pod needs {gpus}"
+    for name, amount in asks:
+        if amount > node.offers(name):
+            return (f"only {show_quantity(node.offers(name), name)} {name} allocatable, "
+                    f"pod needs {show_quantity(amount, name)}")
     return None
 
 

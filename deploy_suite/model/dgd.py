@@ -11,10 +11,10 @@ Two kinds of trouble are kept apart on purpose:
 
 * malformed input (not YAML, no DGD, wrong field types) raises :class:`InputError`: nothing later
   can work, the user must fix the file;
-* a valid manifest the model cannot represent faithfully (DRA GPU claims, templated replicas,
-  unsupported affinity operators, an unknown apiVersion, several DGDs) is parsed as far as
-  possible and the reason lands in :attr:`Dgd.unrepresentable`, so capacity answers ``unknown``
-  rather than a false ``sufficient``.
+* a valid manifest the model cannot represent faithfully (templated replicas, unsupported affinity
+  operators, an unknown apiVersion, several DGDs) is parsed as far as possible and the reason lands
+  in :attr:`Dgd.unrepresentable`, so capacity answers ``unknown`` rather than a false ``sufficient``;
+  DRA claims are kept as written, the cluster says what they ask (``deploy_suite.judges.dra``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 from deploy_suite import constants
 from deploy_suite.constants import DGD_KIND, GPU_RESOURCE, SUPPORTED_API_VERSIONS, V1BETA1
 from deploy_suite.errors import InputError
-from deploy_suite.model import podspec
+from deploy_suite.model import podspec, scheduling
 from deploy_suite.model.frontend import (
     FRONTEND_TYPE,
     LEGACY_ENTRY_TYPE,
@@ -39,12 +39,12 @@ from deploy_suite.model.frontend import (
 )
 from deploy_suite.model.podspec import EnvFrom, EnvVar, flag_value, split_args
 from deploy_suite.model.scheduling import (
+    DraClaim,
     FieldReader,
     PodAffinityTerm,
     Requirement,
     Scheduling,
     Toleration,
-    check_dra,
     container_gpus,
     gpu_resources,
     parse_count,
@@ -120,6 +120,8 @@ class Component:
     served_model: str | None
     tokens: tuple[str, ...]  # command + args split and env-expanded (what knobs read)
     pod_labels: Mapping[str, str] = field(default_factory=dict)  # user labels for the pod
+    requests: Mapping[str, float] = field(default_factory=dict)  # per pod: every resource but the GPU one
+    dra_claims: tuple[DraClaim, ...] = ()
     frontend_sidecar: FrontendSidecar | None = None  # the Dynamo frontend beside `main` (gaie workers)
 
     @property
@@ -175,6 +177,8 @@ class PodDemand:
     scheduling: Scheduling
     labels: Mapping[str, str]
     namespace: str | None
+    requests: tuple[tuple[str, float], ...] = ()  # every resource but ``gpu_resource``, sorted
+    dra_claims: tuple[DraClaim, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -244,7 +248,7 @@ class Dgd:
                 for rank in range(min(c.node_count, 1) if first_only else c.node_count):
                     name = f"{c.name}-{replica}" + (f"-{rank}" if c.multinode else "")
                     out.append(PodDemand(name, c.name, c.type, replica, rank, c.gpus_per_pod, c.gpu_resource,
-                                         c.scheduling, labels, ns))
+                                         c.scheduling, labels, ns, tuple(sorted(c.requests.items())), c.dra_claims))
         return out
 
 
@@ -421,15 +425,12 @@ def _alpha_components(
                 problems.append(f"{path}.resources.{part}.gpu {values['gpu']!r} {BAD_GPU_COUNT}")
             else:
                 service_gpus = max(service_gpus, count)  # request and limit counted once
-        if resources.get("claims"):
-            problems.append(f"{path}.resources.claims: DRA device claims are not modelled (GPU count unknown)")
         pod_spec = rd.mapping(svc.get("extraPodSpec"), f"{path}.extraPodSpec")
         main = rd.mapping(pod_spec.get("mainContainer"), f"{path}.extraPodSpec.mainContainer")
         sidecars = [
             rd.mapping(c, f"{path}.extraPodSpec.containers[{i}]")
             for i, c in enumerate(rd.seq(pod_spec.get("containers"), f"{path}.extraPodSpec.containers"))
         ]
-        check_dra(rd, pod_spec, [main, *sidecars], f"{path}.extraPodSpec", problems)
         # resources.gpu goes on nvidia.com/gpu; else a MIG slice the main container asks counts too.
         gpu_resource = gpu_type or (GPU_RESOURCE if service_gpus else _main_gpu_resource(main))
         # The operator puts the service GPUs on the main container; sidecars and init containers add to it.
@@ -439,6 +440,8 @@ def _alpha_components(
             {**pod_spec, "containers": [main_effective, *sidecars]}, gpu_resource, path, problems
         )
         sched = parse_scheduling(rd, pod_spec, f"{path}.extraPodSpec", problems)
+        pod = {**pod_spec, "containers": [podspec.main_container(rd, main, resources, gpu_resource, path), *sidecars]}
+        device_claims = scheduling.dra_claims(rd, pod, f"{path}.extraPodSpec", problems)
         component_env = podspec.env_list(rd, svc.get("envs"), f"{path}.envs")
         container_env = podspec.env_list(rd, main.get("env"), f"{path}.extraPodSpec.mainContainer.env")
         env_from = podspec.env_from(rd, main.get("envFrom"), f"{path}.extraPodSpec.mainContainer.envFrom")
@@ -489,6 +492,7 @@ def _alpha_components(
                 served_model=_served_model(tokens),
                 tokens=tokens,
                 pod_labels=labels,
+                requests=scheduling.pod_requests(pod, but=gpu_resource), dra_claims=device_claims,
                 frontend_sidecar=alpha_sidecar(rd, svc.get("frontendSidecar"), f"{path}.frontendSidecar")
                 or undeclared_sidecar(rd, sidecars, f"{path}.extraPodSpec"),
             )
@@ -526,7 +530,7 @@ def _beta_components(
                 "add the container named main with its image",
             )
         main = mains[0]
-        check_dra(rd, pod_spec, containers, f"{path}.podTemplate.spec", problems)
+        device_claims = scheduling.dra_claims(rd, pod_spec, f"{path}.podTemplate.spec", problems)
         gpu_resource = _main_gpu_resource(main)
         gpus = _pod_gpus(pod_spec, gpu_resource, path, problems)
         cpath = f"{path}.podTemplate.spec.containers[main]"
@@ -564,6 +568,7 @@ def _beta_components(
                 served_model=_served_model(tokens),
                 tokens=tokens,
                 pod_labels=rd.str_map(meta.get("labels"), f"{path}.podTemplate.metadata.labels"),
+                requests=scheduling.pod_requests(pod_spec, but=gpu_resource), dra_claims=device_claims,
                 frontend_sidecar=beta_sidecar(rd, comp.get("frontendSidecar"), containers, path),
             )
         )

@@ -146,3 +146,22 @@ def flag_value(tokens: Sequence[str], names: Iterable[str]) -> str | None:
 def has_flag(tokens: Sequence[str], names: Iterable[str]) -> bool:
     wanted = tuple(names)
     return any(tok in wanted or tok.split("=", 1)[0] in wanted for tok in tokens)
+
+
+def main_container(rd: FieldReader, main: Mapping[str, Any], resources: Mapping[str, Any], gpu_resource: str,
+                   path: str) -> dict[str, Any]:
+    """A v1alpha1 service's main container as the operator writes it: the service's ``resources``
+    (``cpu``, ``memory``, ``gpu`` under ``gpuType``, each ``custom`` entry) over the mainContainer's
+    own requests and limits, key by key, and its ``resources.claims`` added to the container's
+    (docs/operator-generations.md)."""
+    raw = main.get("resources")
+    own: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+    out: dict[str, Any] = {"claims": [*(own.get("claims") or []), *(resources.get("claims") or [])]}
+    for part in ("requests", "limits"):
+        values = rd.mapping(resources.get(part), f"{path}.resources.{part}")
+        service = {k: values[k] for k in ("cpu", "memory") if values.get(k) is not None}
+        if values.get("gpu") is not None:
+            service[gpu_resource] = values["gpu"]
+        service.update(rd.str_map(values.get("custom"), f"{path}.resources.{part}.custom"))
+        out[part] = {**(own.get(part) or {}), **service}
+    return {**main, "resources": out}

@@ -1,7 +1,8 @@
 """Kubernetes scheduling primitives: where a pod may run and how many GPUs it holds.
 
-Node selectors, required node affinity, tolerations and taints, required pod (anti-)affinity and
-extended-resource counts, with Kubernetes' own matching semantics. Pure data read from plain
+Node selectors, required node affinity, tolerations and taints, required pod (anti-)affinity,
+extended-resource counts, every resource's effective request and the DRA claims a pod names, with
+Kubernetes' own matching semantics. Pure data read from plain
 PodSpec dicts: the DGD model (``deploy_suite.model.dgd``) reads its components' constraints with these,
 the capacity engine (``deploy_suite.judges.capacity``) places pods with them, and triage explains a
 pending pod with them. Wrong field types raise :class:`InputError` naming the field; a valid
@@ -11,7 +12,7 @@ constraint the model cannot evaluate lands in the caller's ``problems`` list ins
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -411,8 +412,8 @@ def is_gpu_resource(name: str) -> bool:
     return bool(domain) and short == "gpu"
 
 
-def gpu_resources(pod_spec: Mapping[str, Any]) -> list[str]:
-    """The GPU resource names the pod's containers ask for (requests or limits), sorted."""
+def resource_names(pod_spec: Mapping[str, Any]) -> set[str]:
+    """Every resource the pod's containers name, in requests or limits."""
     names: set[str] = set()
     for key in ("initContainers", "containers"):
         for c in pod_spec.get(key) or []:
@@ -420,8 +421,13 @@ def gpu_resources(pod_spec: Mapping[str, Any]) -> list[str]:
             for part in ("requests", "limits"):
                 values = resources.get(part) if isinstance(resources, dict) else None
                 if isinstance(values, dict):
-                    names.update(str(k) for k in values if is_gpu_resource(str(k)))
-    return sorted(names)
+                    names.update(str(k) for k in values)
+    return names
+
+
+def gpu_resources(pod_spec: Mapping[str, Any]) -> list[str]:
+    """The GPU resource names the pod's containers ask for (requests or limits), sorted."""
+    return sorted(n for n in resource_names(pod_spec) if is_gpu_resource(n))
 
 
 def pod_gpu_total(pod_spec: Mapping[str, Any]) -> int:
@@ -430,20 +436,43 @@ def pod_gpu_total(pod_spec: Mapping[str, Any]) -> int:
     return sum(pod_gpus(pod_spec, r) or 0 for r in gpu_resources(pod_spec))
 
 
-def check_dra(
-    rd: FieldReader,
-    pod_spec: Mapping[str, Any],
-    containers: Sequence[Mapping[str, Any]],
-    path: str,
-    problems: list[str],
-) -> None:
-    """DRA device claims hide the GPU count from the pod spec: recorded as a problem, never guessed."""
-    if pod_spec.get("resourceClaims"):
-        problems.append(f"{path}.resourceClaims: DRA device claims are not modelled (GPU count unknown)")
-    for c in containers:
-        res = c.get("resources")
-        if isinstance(res, dict) and res.get("claims"):
-            problems.append(f"{path}: container {c.get('name')!r} uses DRA resources.claims (GPU count unknown)")
+@dataclass(frozen=True)
+class DraClaim:
+    """One entry of a pod's ``resourceClaims``: a claim made per pod from a ResourceClaimTemplate
+    (``template``), or one ResourceClaim shared by name (``claim``)."""
+
+    name: str
+    template: str | None = None
+    claim: str | None = None
+
+    def __str__(self) -> str:
+        source = f"template {self.template}" if self.template else f"claim {self.claim}" if self.claim else "no source"
+        return f"{self.name} ({source})"
+
+
+def dra_claims(rd: FieldReader, pod_spec: Mapping[str, Any], path: str, problems: list[str]) -> tuple[DraClaim, ...]:
+    """The pod's DRA claims; what their devices are is the cluster's to say (step 2 reads its
+    DeviceClasses and ResourceSlices). A container naming a claim the pod does not define is a
+    problem recorded, never guessed."""
+    out = []
+    for i, item in enumerate(rd.seq(pod_spec.get("resourceClaims"), f"{path}.resourceClaims")):
+        p = f"{path}.resourceClaims[{i}]"
+        raw = rd.mapping(item, p)
+        source = rd.mapping(raw.get("source"), f"{p}.source")  # before Kubernetes 1.28: under source
+        template = raw.get("resourceClaimTemplateName", source.get("resourceClaimTemplateName"))
+        claim = raw.get("resourceClaimName", source.get("resourceClaimName"))
+        out.append(DraClaim(rd.text(raw.get("name"), f"{p}.name", "") or "",
+                            rd.text(template, f"{p}.resourceClaimTemplateName"),
+                            rd.text(claim, f"{p}.resourceClaimName")))
+    names = {c.name for c in out}
+    for c in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
+        res = c.get("resources") if isinstance(c, dict) else None
+        for ref in (res.get("claims") or []) if isinstance(res, dict) else []:
+            wanted = ref.get("name") if isinstance(ref, dict) else ref
+            if wanted not in names:
+                problems.append(f"{path}: container {c.get('name')!r} resources.claims names {wanted!r}, which "
+                                f"{path}.resourceClaims does not define")
+    return tuple(out)
 
 
 _SUFFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
@@ -455,6 +484,15 @@ def quantity(raw: object) -> float | None:
     """A Kubernetes resource quantity (``500m``, ``64Gi``, ``1e3``) as a number; None when unreadable."""
     m = _QUANTITY.match(str(raw).strip())
     return float(m.group(1)) * _SUFFIX[m.group(2)] if m else None
+
+
+def show_quantity(amount: float, resource: str) -> str:
+    """A quantity as people write it: bytes in binary units (``850Gi``), anything else plain."""
+    if resource in {"memory", "ephemeral-storage"} or resource.startswith("hugepages-"):
+        for unit in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+            if amount >= _SUFFIX[unit]:
+                return f"{amount / _SUFFIX[unit]:g}{unit}"
+    return f"{amount:g}"
 
 
 def pod_request(pod_spec: Mapping[str, Any], resource: str) -> float:
@@ -470,3 +508,10 @@ def pod_request(pod_spec: Mapping[str, Any], resource: str) -> float:
     running = sum(map(one, pod_spec.get("containers") or [])) + sum(
         one(c) for c in inits if c.get("restartPolicy") == "Always")
     return max([running, *(one(c) for c in inits if c.get("restartPolicy") != "Always")])
+
+
+def pod_requests(pod_spec: Mapping[str, Any], but: str | None = None) -> dict[str, float]:
+    """Every resource the pod's containers name (requests or limits), ``but`` one, with the pod's
+    effective request of it (:func:`pod_request`); resources it asks none of are left out."""
+    names = sorted(resource_names(pod_spec) - {but})
+    return {name: amount for name in names if (amount := pod_request(pod_spec, name)) > 0}

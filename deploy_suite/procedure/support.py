@@ -49,8 +49,11 @@ class Support:
     failure: dict[str, Any] | None = None
     # The types in the order followed, and whose order it is (ORDER_PROCEDURE or ORDER_HANDOFF).
     order: dict[str, Any] = field(default_factory=dict)
+    limitations: list[str] = field(default_factory=list)  # claims whose binding mode could not be read
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        for limitation in self.limitations:
+            ledger.add_limitation(limitation)
         if self.failure is not None:
             ledger.add_diagnostic(self.failure)
             return {}
@@ -81,22 +84,33 @@ def wait_pvcs_bound(kube: Kube, namespace: str, names: Sequence[str], timeout: f
         kube.wait(waits.pvc_bound(namespace, name), timeout=timeout, on_progress=on_progress)
 
 
-def immediate_claims(kube: Kube, namespace: str, names: Sequence[str]) -> list[str]:
-    """Claims that should bind on their own (their class is not WaitForFirstConsumer); a claim
-    whose class cannot be read is treated as immediate, so the bounded wait still guards it."""
-    out = []
+def binding_modes(kube: Kube, namespace: str, names: Sequence[str]) -> dict[str, str | None]:
+    """Each claim's volume binding mode, from its StorageClass (``Immediate`` without one, or when
+    the class is gone); None when this identity may not read the class."""
+    out: dict[str, str | None] = {}
     for name in names:
         pvc = kube.get_or_none("PersistentVolumeClaim", name, namespace) or {}
         cls = (pvc.get("spec") or {}).get("storageClassName")
-        mode = "Immediate"
-        if cls:
-            try:
-                mode = (kube.get_or_none("StorageClass", cls) or {}).get("volumeBindingMode", "Immediate")
-            except Forbidden:
-                mode = "Immediate"
-        if mode != "WaitForFirstConsumer":
-            out.append(name)
+        try:
+            found = kube.get_or_none("StorageClass", cls) if cls else None
+        except Forbidden:
+            out[name] = None
+            continue
+        out[name] = str((found or {}).get("volumeBindingMode") or "Immediate")
     return out
+
+
+def immediate_claims(kube: Kube, namespace: str, names: Sequence[str], unread: list[str] | None = None) -> list[str]:
+    """Claims that bind on their own, before any pod uses them. A WaitForFirstConsumer claim stays
+    Pending until a pod that uses it is scheduled (docs/procedure.md, step 4), so it is never
+    awaited; nor is one whose class this identity may not read: its mode is unknown, the pods bind
+    it, and a claim that never binds is judged where they wait. Those are added to ``unread``."""
+    modes = binding_modes(kube, namespace, names)
+    for name, mode in modes.items():
+        if mode is None and unread is not None:
+            unread.append(f"PVC {name}: its storage class may not be read by this identity (forbidden), so its "
+                          "binding mode is unknown: not awaited as Immediate in step 4; the pods that use it bind it")
+    return [name for name, mode in modes.items() if mode not in {None, "WaitForFirstConsumer"}]
 
 
 def run_job(kube: Kube, namespace: str, job: str, kind: str, timeout: float, logs_dir: Path,
@@ -140,7 +154,8 @@ def _job_logs(kube: Kube, namespace: str, job: str, logs_dir: Path, lines: int =
 def support(run: RunState, kube: Kube) -> Support:
     """Apply model-cache, model-download, model-validate in that order (those handed over), or in the
     handoff's ``support_order``; each manifest's claims that bind on their own are awaited and its
-    Jobs complete before the next is applied (WaitForFirstConsumer claims bind with their first pod)."""
+    Jobs complete before the next is applied (WaitForFirstConsumer claims, and claims whose class
+    cannot be read, bind with their first pod)."""
     given = run.settings.support_order
     order = applied_support_order(run.manifests, given)
     out = Support(order={"types": [kind for kind, _ in order], "by": ORDER_HANDOFF if given else ORDER_PROCEDURE})
@@ -151,8 +166,8 @@ def support(run: RunState, kube: Kube) -> Support:
         claims = names_of(docs, "PersistentVolumeClaim")
         out.pvcs.update(dict.fromkeys(claims))
         try:
-            wait_pvcs_bound(kube, run.namespace, immediate_claims(kube, run.namespace, claims), t.pvc_bound_s,
-                            on_progress=run.progress)
+            wait_pvcs_bound(kube, run.namespace, immediate_claims(kube, run.namespace, claims, out.limitations),
+                            t.pvc_bound_s, on_progress=run.progress)
         except WaitTimeout as exc:
             raise StepFailure(f"model-cache PVC never bound: {exc}; fix the storage class or provisioner "
                               "(a dependency: waiting longer does not help)", TriageCategory.DEPENDENCY) from exc

@@ -5,7 +5,8 @@ Checks run in the order of ``README.md`` (step 2), pinned to the workload's cont
 patches of the run-scoped copies, a server-side dry-run of every document, secrets (by name,
 metadata only), PVCs, storage classes, image tags (what the manifests name:
 ``deploy_suite.model.references``), the workload's policy (``resources.pinned``,
-``resources.gpu_ceiling``), GPU capacity, the GPU SKU (``deploy_suite.judges.sku``), the ownership of the
+``resources.gpu_ceiling``), capacity over every resource the pods ask for
+(``deploy_suite.procedure.capacity``), the GPU SKU (``deploy_suite.judges.sku``), the ownership of the
 DGDs steps 3 and 5 would touch (``deploy_suite.judges.ownership``) and, last, the experiment's budgets
 (``deploy_suite.record.budget``). Every failed gate becomes a blocker; ``Forbidden`` on an advisory
 cluster-scope read becomes a run limitation. Nothing here creates, updates or deletes a cluster
@@ -33,10 +34,8 @@ from deploy_suite.constants import (
     DGD_PLURAL,
     GPU_RESOURCE,
     GPU_TAINT_KEY,
-    LABEL_DGD_NAME,
 )
 from deploy_suite.errors import Forbidden, NotFound, StepBlocked
-from deploy_suite.judges import capacity as capacity_mod
 from deploy_suite.judges import placement, sku
 from deploy_suite.model import knobs
 from deploy_suite.model.dgd import Dgd, from_documents
@@ -44,6 +43,7 @@ from deploy_suite.model.files import sha256_file
 from deploy_suite.model.references import image_tag, referenced_claims, referenced_secrets, walk
 from deploy_suite.model.scheduling import BLOCKING_TAINT_EFFECTS, Taint
 from deploy_suite.model.workload import contract_dgd_candidates
+from deploy_suite.procedure import capacity as capacity_gate
 from deploy_suite.procedure import dryrun, owner, platform
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import budget, experiment, resume
@@ -170,7 +170,7 @@ class Validator:
         self.check_images(docs)
         self.check_pinned(dgd)
         self.check_ceiling(dgd)
-        self.check_capacity(dgd)
+        self.check_capacity(dgd, docs)
         self.check_sku(dgd)
         self.check_ownership(dgd)
         return rep
@@ -423,34 +423,14 @@ class Validator:
                 self.report.block(stop.category, stop.message, stop.fix)
         self.ev["ownership"] = seen
 
-    def check_capacity(self, dgd: Dgd) -> None:
-        if dgd.total_gpus() == 0 and not dgd.unrepresentable:  # a CPU-only DGD (mocker): nothing to place
-            self.report.capacity = capacity_mod.check_capacity(dgd, [], []).to_dict()
-            return
-        if self.nodes is None:
-            self.report.capacity = {"capacity": "unknown", "reasons": ["node list forbidden"]}
-            return
-        try:
-            pods = self.kube.list_items("Pod", None, slim=placement.slim_pod,
-                                        field_selector="status.phase!=Succeeded,status.phase!=Failed")[0]
-        except Forbidden:
-            self.report.limitations.append("cluster-wide pod list forbidden: GPUs held by other pods are unknown")
-            self.report.capacity = {"capacity": "unknown", "reasons": ["pod list forbidden"]}
-            return
-        # Step 3 deletes the previous iteration's DGD before the apply: its GPUs will be free. A rerun's
-        # own live DGD (deploy_suite/record/resume.py) is re-applied in place: its pods are the demand itself.
+    def check_capacity(self, dgd: Dgd, docs: dict[str, list[Obj]] | None = None) -> None:
+        """Every resource the pods ask for (``deploy_suite.procedure.capacity``). Step 3 deletes the
+        previous iteration's DGD before the apply: its GPUs will be free. A rerun's own live DGD
+        (deploy_suite/record/resume.py) is re-applied in place: its pods are the demand itself."""
         excluded = [x for x in (self.inp.retiring, self.inp.own) if x is not None]
-        pods = [p for p in pods if ((p["metadata"].get("namespace"), (p["metadata"].get("labels") or {})
-                                     .get(LABEL_DGD_NAME)) not in excluded)]
-        result = capacity_mod.check_capacity(dgd, self.nodes, pods, namespace=self.inp.namespace)
-        self.report.capacity = {**result.to_dict(), "excluded_dgds": [f"{ns}/{name}" for ns, name in excluded]}
-        self.report.warnings.extend(result.warnings)
-        if result.outcome == "insufficient":
-            self.report.block(BlockerClass.GPU_CAPACITY, "GPU capacity insufficient: " + "; ".join(result.reasons[:6]),
-                              "free GPUs on eligible nodes, or change the candidate's placement constraints")
-        elif result.outcome == "unknown":
-            self.report.limitations.append("GPU capacity unknown: " + "; ".join(result.reasons[:3]))
-
+        self.report.capacity, found = capacity_gate.check(self.kube, dgd, (docs or {}).get("deploy", []),
+                                                          self.nodes, namespace=self.inp.namespace, excluded=excluded)
+        self._merge(found, None)
 
     def check_sku(self, dgd: Dgd) -> None:
         """The nodes that can take the GPU pods against ``hardware[].gpu_type`` (``deploy_suite.judges.sku``)."""

@@ -834,6 +834,22 @@ def test_a_dgd_on_h100_nodes_while_the_workload_says_h200_is_blocked_by_step2(ta
     assert target.dgd("e2e-h100") is None and led["failed_attempts"] == []
 
 
+def test_workers_asking_rdma_no_node_advertises_are_blocked_by_step2_before_any_mutation(target: Target) -> None:
+    run = target.run(target.experiment("dgd-rdma.yaml", support={}))
+    led = assert_failed_at(run, "step2_validate", status="blocked")
+    assert led["capacity"]["capacity"] == "insufficient"
+    (blocker,) = led["blockers"]
+    assert blocker["class"] == "resource-capacity" and blocker["step"] == "step2_validate"
+    # Each amount named with the workers that ask it and the nodes they may use (the H200 nodes).
+    for asked, worker in (("1", "PrefillWorker"), ("8", "DecodeWorker")):
+        assert f"rdma/ib: component(s) {worker} ask {asked} per pod; none of the 2 node(s) they may use" in \
+            blocker["message"]
+    assert "allocatable rdma/ib: 0 on 2 node(s) (h200-0, h200-1)" in blocker["message"]
+    # Read-only, and the candidate is not charged: nothing applied, no failed attempt.
+    assert not [c for c in led["commands"] if c["kind"] == "mutate"]
+    assert target.dgd("e2e-rdma") is None and led["failed_attempts"] == []
+
+
 def test_a_billion_replicas_are_insufficient_at_once_with_a_short_explanation(target: Target) -> None:
     huge = target.tmp / "dgd-huge.yaml"
     text = (DATA / "dgd-beta-agg.yaml").read_text()

@@ -37,6 +37,7 @@ from deploy_suite.model.files import sha256_file
 from deploy_suite.model.references import walk
 from deploy_suite.offline import faults
 from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite.procedure import support
 from deploy_suite.procedure.validate import DGD_CRD, ValidationInputs, ValidationReport, validate
 from tests.integration import replica
 from tests.integration.replica import namespace as temp_namespace
@@ -438,6 +439,28 @@ def test_capacity_unknown_answer_has_the_same_shape_as_a_computed_one(
     assert report.capacity is not None
     assert report.capacity.get("capacity") == "unknown", report.capacity
     assert report.capacity.get("reasons") == ["node list forbidden"]
+
+
+def test_a_claim_under_a_class_this_identity_may_not_read_is_not_awaited_as_immediate(
+        offline_cluster: OfflineCluster, deployer_identity: Identity) -> None:
+    """Step 4 with a namespaced deployer: the StorageClass get is refused by RBAC (a real 403), so
+    the claim's binding mode is unknown; a WaitForFirstConsumer claim stays Pending until a pod using
+    it is scheduled, so step 4 must not wait for it: it says so and lets the pods bind it."""
+    namespace = deployer_identity.namespace
+    probe = Probe()
+    kube = probe.as_identity(deployer_identity)
+    claim = model_cache_doc()
+    claim["spec"]["storageClassName"] = "local-wffc"  # the default layout's WaitForFirstConsumer class
+    kube.apply(claim, namespace)
+    unread: list[str] = []
+    assert support.immediate_claims(kube, namespace, [claim["metadata"]["name"]], unread) == []
+    assert unread == [f"PVC {claim['metadata']['name']}: its storage class may not be read by this identity "
+                      "(forbidden), so its binding mode is unknown: not awaited as Immediate in step 4; the pods "
+                      "that use it bind it"]
+    audit = audit_requests(offline_cluster, probe.as_identity(deployer_identity), probe.user_agent)
+    assert ("get", "storageclasses", 403) in {(e["verb"], e["objectRef"]["resource"], e["responseStatus"]["code"])
+                                              for e in audit}
+    assert not any(e["verb"] == "watch" for e in audit)  # nothing awaited
 
 
 # ------------------------------------------------------------------ secrets, PVCs, images

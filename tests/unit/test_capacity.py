@@ -331,7 +331,7 @@ def test_unrepresentable_dgd_gives_unknown_never_sufficient():
     dgd = parse_dgd(worker_dgd(1, 1, "        mainContainer: {image: x}\n        resourceClaims: [{name: gpu}]"))
     result = check_capacity(dgd, [node("n1")], [])
     assert result.outcome == "unknown"
-    assert any("resourceClaims" in r for r in result.reasons)
+    assert any("DRA claim gpu" in r and "GPU count unknown" in r for r in result.reasons)
 
 
 def test_an_exhausted_search_budget_gives_unknown():

@@ -12,7 +12,7 @@ from deploy_suite.constants import LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_
 from deploy_suite.errors import InputError
 from deploy_suite.model.dgd import Dgd, from_documents, load_dgd, parse_dgd
 from deploy_suite.model.podspec import EnvFrom
-from deploy_suite.model.scheduling import Requirement, Toleration
+from deploy_suite.model.scheduling import DraClaim, Requirement, Toleration
 
 DATA = Path(__file__).parent / "data"
 
@@ -286,11 +286,10 @@ def test_required_node_affinity_tolerations_and_pod_anti_affinity_are_parsed():
 
 UNREPRESENTABLE = [
     (
-        "DRA resourceClaims",
-        alpha("W:\n  componentType: worker\n  extraPodSpec:\n    resourceClaims: [{name: gpu}]"),
-        "resourceClaims",
+        "a DRA claim the pod does not define",
+        alpha("W:\n  componentType: worker\n  resources:\n    claims: [{name: gpu}]"),
+        "resources.claims names 'gpu', which spec.services.W.extraPodSpec.resourceClaims does not define",
     ),
-    ("DRA service claims", alpha("W:\n  componentType: worker\n  resources:\n    claims: [{name: gpu}]"), "claims"),
     (
         "unsupported affinity operator",
         alpha(
@@ -314,6 +313,18 @@ UNREPRESENTABLE = [
         "namespaceSelector",
     ),
 ]
+
+
+def test_dra_claims_are_kept_as_written_for_the_cluster_to_say_what_they_ask() -> None:
+    # The GB200 recipes' shape: a ComputeDomain channel claimed through the service and extraPodSpec.
+    dgd = parse_dgd(alpha("W:\n  componentType: worker\n  resources:\n    limits: {gpu: '4'}\n"
+                          "    claims: [{name: compute-domain-channel}]\n  extraPodSpec:\n    resourceClaims:\n"
+                          "    - {name: compute-domain-channel, resourceClaimTemplateName: cd-channel}\n"
+                          "    - {name: shared, resourceClaimName: nic}\n"))
+    (w,) = dgd.components
+    assert not dgd.unrepresentable and w.gpus_per_pod == 4
+    assert w.dra_claims == (DraClaim("compute-domain-channel", template="cd-channel"), DraClaim("shared", claim="nic"))
+    assert dgd.pod_demands()[0].dra_claims == w.dra_claims
 
 
 @pytest.mark.parametrize(("case", "text", "needle"), UNREPRESENTABLE, ids=[c[0] for c in UNREPRESENTABLE])

@@ -269,12 +269,31 @@ def test_a_wait_for_first_consumer_claim_is_not_awaited(fake, tmp_path: Path) ->
     assert not api.of("WATCH") and result.pvcs == {"model-cache": None}
 
 
-def test_a_claim_whose_class_cannot_be_read_is_awaited(fake, tmp_path: Path) -> None:
+def test_a_claim_whose_class_cannot_be_read_is_not_awaited_and_the_ledger_says_so(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
-    api.fail("GET", "/apis/storage.k8s.io/v1/storageclasses/standard", forbidden("get", "storageclasses"))
+    api.fail("GET", "/apis/storage.k8s.io/v1/storageclasses/standard", forbidden("get", "storageclasses"), times=9)
     assert support.immediate_claims(kube, NS, []) == []
-    api.put(PVC, {"metadata": {"name": "model-cache", "namespace": NS}, "spec": {"storageClassName": "standard"}})
-    assert support.immediate_claims(kube, NS, ["model-cache"]) == ["model-cache"]
+    run = make_run(tmp_path, step="step4_support_manifests", support={"model-cache": CACHE})
+    result = run.record(support.support(run, kube))
+    assert not api.of("WATCH") and result.pvcs == {"model-cache": None}
+    (said,) = run.ledger.data["limitations"]
+    assert said.startswith("PVC model-cache: its storage class may not be read by this identity (forbidden)")
+    assert "not awaited as Immediate in step 4" in said
+
+
+def test_binding_modes_read_each_claims_class(fake) -> None:
+    api, kube, _ = fake
+    api.put(KNOWN["StorageClass"], {"metadata": {"name": "wffc"}, "volumeBindingMode": "WaitForFirstConsumer"})
+    api.put(KNOWN["StorageClass"], {"metadata": {"name": "standard"}})
+    api.put(KNOWN["StorageClass"], {"metadata": {"name": "secret-class"}})
+    api.fail("GET", "/apis/storage.k8s.io/v1/storageclasses/secret-class", forbidden("get", "storageclasses"), times=2)
+    for name, cls in (("a", "wffc"), ("b", "standard"), ("c", None), ("d", "gone"), ("e", "secret-class")):
+        api.put(PVC, {"metadata": {"name": name, "namespace": NS}, "spec": {"storageClassName": cls}})
+    assert support.binding_modes(kube, NS, ["a", "b", "c", "d", "e"]) == {
+        "a": "WaitForFirstConsumer", "b": "Immediate", "c": "Immediate", "d": "Immediate", "e": None}
+    unread: list[str] = []
+    assert support.immediate_claims(kube, NS, ["a", "b", "e"], unread) == ["b"]
+    assert [line.split(":")[0] for line in unread] == ["PVC e"]
 
 
 def test_a_claim_that_never_binds_is_a_dependency(fake, tmp_path: Path) -> None:
