@@ -9,6 +9,8 @@ picks by weight, so the fault always wins, and only for the pods its selector na
 * :func:`by_image` - pods with a container whose image contains a substring (a jq expression);
 * :func:`by_job` - pods of one Job (``batch.kubernetes.io/job-name``, else ``job-name``).
 
+A fault may also wait for the test's cue (:func:`crash_on_cue`, :func:`cue`: an annotation).
+
 Example (a test)::
 
     fault = faults.crash_loop("crash-llm", faults.by_dgd("llm", namespace=ns))
@@ -58,6 +60,7 @@ FAULT_WEIGHT = 10000
 LABEL_FAULT = "deploy-suite.local/fault"
 # How long a crashed container "backs off" before the next simulated restart (kubelet starts at 10s).
 CRASH_BACKOFF_MS = 10000
+CUE_ANNOTATION = "deploy-suite.local/crash"  # crash_on_cue: the pod crashes once it carries "true"
 WAITING_FAULTS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError")
 # A pod none of these faults has caught yet (each such Stage acts once per pod).
 _NOT_WAITING = {"key": ".status.containerStatuses.[].state.waiting.reason", "operator": "NotIn",
@@ -254,6 +257,26 @@ def crash_loop(name: str, selector: Sequence[Expression], exit_code: int = 1) ->
         # The restart loop: a crashed pod "restarts" and crashes again after each backoff.
         _stage(f"{name}-backoff", [*selector, *_alive(["Running"]), crashed], template, delay_ms=CRASH_BACKOFF_MS),
     ))
+
+
+def crash_on_cue(name: str, selector: Sequence[Expression], exit_code: int = 1) -> Fault:
+    """Selected pods start and load (Running, containers started, not Ready) until :func:`cue`
+    marks one, which then crashes with ``exit_code`` and crash-loops as :func:`crash_loop`: an
+    engine that dies once its model is loaded, at the moment a test picks (after it has made
+    ``kubectl logs`` serve the crashed run's words)."""
+    key = f'.metadata.annotations["{CUE_ANNOTATION}"]'
+    loading = slow_start(f"{name}-loading", [*selector, {"key": key, "operator": "DoesNotExist"}], 1.0, None)
+    return Fault(name, (*loading.stages, *crash_loop(name, [*selector, _in(key, "true")], exit_code).stages))
+
+
+def cue(kube: Kube, pod: str, namespace: str) -> None:
+    """The pod of :func:`crash_on_cue` crashes now (kwok acts on the pod's update)."""
+    path = kube.resource("v1", "Pod").path(namespace, pod)
+    try:
+        kube.transport.request("PATCH", path, {}, {"metadata": {"annotations": {CUE_ANNOTATION: "true"}}},
+                               "application/merge-patch+json")
+    except Exception as exc:
+        raise translate(exc, f"patch pod {namespace}/{pod}") from exc
 
 
 def image_pull(name: str, selector: Sequence[Expression], reason: str = "ImagePullBackOff") -> Fault:

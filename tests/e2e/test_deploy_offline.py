@@ -418,30 +418,11 @@ def test_taint_mismatch_past_an_unknown_capacity_fails_step6_at_once(target: Tar
 # ------------------------------------------------------------------ insufficient GPUs: contention
 
 
-def hold_gpus(target: Target, nodes: list[str], gpus: int) -> list[str]:
-    """Another tenant's pods bound straight to ``nodes``, each holding ``gpus`` GPUs."""
-    names = []
-    for node in nodes:
-        name = f"gpu-holder-{node}"
-        target.kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
-            "nodeName": node, "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": "registry.local/holder:1",
-                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}, target.namespace)
-        names.append(name)
-
-    def running(objs: dict[str, Obj]) -> tuple[bool, str]:
-        phases = {o["metadata"]["name"]: (o.get("status") or {}).get("phase") for o in objs.values()}
-        return all(phases.get(n) == "Running" for n in names), str(phases)
-
-    target.kube.wait_for(Watch("Pod", target.namespace), running, awaited="GPU holders Running", timeout=30)
-    return names
-
-
 CONTENTION_NO_PROGRESS_S = 20.0  # shorter than the contention, longer than the replica's serving start
 
 
 def test_gpu_contention_is_seen_by_step2_and_waited_out_by_step6(target: Target) -> None:
-    holders = hold_gpus(target, ["h200-0", "h200-1"], 1)  # 7 free GPUs left per H200 node
+    holders = target.hold_gpus(["h200-0", "h200-1"], 1)  # 7 free GPUs left per H200 node
     # Step 2 counts the held GPUs: the 8-GPU worker fits nowhere right now.
     exp = target.experiment("dgd-contention.yaml", support={})
     run = target.run(exp)

@@ -3,12 +3,13 @@
 failed-deploy budget. The time each verdict took is recorded for bench/bench_time_to_verdict.py.
 
 ``make test`` runs each class once, on the default profile (or the first where the class exists),
-unless ``test_deploy_offline.py`` already proves it there (``Scenario.covered_by``); ``make test-all``
-runs the whole matrix (marker ``matrix``).
+unless ``test_deploy_offline.py`` already proves it there (``Scenario.covered_by``) or the class is
+left to the matrix (``Scenario.in_slice``); ``make test-all`` runs the whole matrix (marker ``matrix``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ def _params() -> list[Any]:
         profiles = scenario.profiles or tuple(PROFILES)
         representative = DEFAULT_PROFILE if DEFAULT_PROFILE in profiles else profiles[0]
         for profile in profiles:
-            marks = [] if profile == representative and not scenario.covered_by else [pytest.mark.matrix]
+            in_slice = profile == representative and scenario.in_slice and not scenario.covered_by
+            marks = [] if in_slice else [pytest.mark.matrix]
             out.append(pytest.param(scenario.name, profile, id=f"{scenario.name}-{profile}", marks=marks))
     return out
 
@@ -53,6 +55,8 @@ def test_the_verdict_is_right_and_given_within_seconds(verdict_target: Target, s
         assert (outcome.status, outcome.step, outcome.category) == (expected.status, expected.step,
                                                                     expected.category), suite.output[-3000:]
         assert outcome.failed_attempts == (1 if expected.failed_attempt else 0), outcome
+        assert "during_error" not in outcome.extra, outcome.extra
+        assert expected.says in (outcome.extra["diagnosis"] or ""), outcome.extra["diagnosis"]
         if expected.status == "ready":
             assert suite.returncode == 0
         else:
@@ -62,6 +66,14 @@ def test_the_verdict_is_right_and_given_within_seconds(verdict_target: Target, s
             # measurement is real and the wait was no timeout).
             assert outcome.seconds is not None and 0 <= outcome.seconds < verdicts.READINESS_S / 3, (
                 outcome, suite.ledger().get("readiness"))
+        if case.goal_s is not None:  # this class's goal is held here, not only by the bench
+            assert outcome.seconds is not None and outcome.seconds < case.goal_s, outcome
+        if "finished_at" in outcome.extra:  # the audit entry taken is the termination kwok reported
+            assert outcome.evidence_at is not None and outcome.extra["finished_at"] is not None
+            ended = verdicts.parse(outcome.extra["finished_at"])  # whole seconds (metav1.Time)
+            assert ended <= verdicts.parse(outcome.evidence_at) < ended + dt.timedelta(seconds=2), outcome
+        if case.no_progress_s < verdicts.NO_PROGRESS_S:  # waited longer than the bound, no false verdict
+            assert outcome.extra["contention"] and outcome.extra["held_s"] > case.no_progress_s, outcome
         passed = True
     finally:
         verdicts.record(outcome, passed)

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from deploy_suite import yamlio
 from deploy_suite.access.kube import Kube, Obj
+from deploy_suite.access.watch import Watch
 from deploy_suite.fixtures.cluster import HF_SECRET, admin_prerequisites
 from deploy_suite.fixtures.experiments.make_experiment import (
     SAMPLE_ROOT,
@@ -150,6 +151,24 @@ class Target:
     def slow(self, default: str, selector: Sequence[faults.Expression], delay_s: float) -> None:
         """Make one pod transition take ``delay_s`` for the selected pods (see :func:`slow_stage`)."""
         self.apply_fault(slow_stage(f"slow-{default}-{self.namespace}", default, selector, delay_s))
+
+    def hold_gpus(self, nodes: Sequence[str], gpus: int) -> list[str]:
+        """Another tenant's pods bound straight to ``nodes``, each holding ``gpus`` GPUs, Running."""
+        names = []
+        for node in nodes:
+            name = f"gpu-holder-{node}"
+            self.kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+                "nodeName": node, "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "registry.local/holder:1",
+                                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}, self.namespace)
+            names.append(name)
+
+        def running(objs: dict[str, Obj]) -> tuple[bool, str]:
+            phases = {o["metadata"]["name"]: (o.get("status") or {}).get("phase") for o in objs.values()}
+            return all(phases.get(n) == "Running" for n in names), str(phases)
+
+        self.kube.wait_for(Watch("Pod", self.namespace), running, awaited="GPU holders Running", timeout=30)
+        return names
 
 
 TargetT = TypeVar("TargetT", bound=Target)

@@ -9,8 +9,10 @@ Time to verdict is measured from the cluster's first evidence to the harness's v
 * the evidence: the API server's audit log (microseconds; when it received the request: a watch
   can tell the harness before the request's own response completes) of the request that first
   made the failure visible: the create of the first Warning event of the failing component (a scheduler's
-  ``FailedScheduling``, a controller's ``FailedCreate``, the kubelet's pull or crash words), or the
-  operator's status write for classes the DGD's status reveals;
+  ``FailedScheduling``, a controller's ``FailedCreate``, the kubelet's pull or crash words), the
+  operator's status write for classes the DGD's status reveals, or the kubelet's (kwok's) status
+  write that reported a container's first termination, for a failure its own words decide
+  (``lastState.terminated.finishedAt`` says the same to the whole second only: it is kept beside);
 * the verdict: the ledger's ``readiness.verdict_at`` (microseconds; the harness's clock, the same
   machine's as the API server's here), or the end of step 2 for a verdict given before any apply.
 """
@@ -21,6 +23,8 @@ import copy
 import datetime as dt
 import json
 import os
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,13 +32,18 @@ from typing import Any
 
 import yaml
 
+from deploy_suite import clock
 from deploy_suite.access.kube import Obj
+from deploy_suite.access.watch import Watch
+from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME
+from deploy_suite.errors import SuiteError
 from deploy_suite.offline import faults
 from tests.support.runs import SuiteRun, outcomes, step
 from tests.support.targets import Target
 
 VERDICT_LOG_ENV = "DEPLOY_SUITE_VERDICT_LOG"
 READINESS_S = 180.0
+NO_PROGRESS_S = 120.0  # the runs' --timeout-readiness-no-progress, unless a scenario waits longer than it
 DGD_NAME = "e2e-verdict"
 WORKER = "VllmDecodeWorker"
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"
@@ -85,6 +94,7 @@ class Expected:
     step: str  # the step that gave it
     category: str | None  # readiness state / blocker class
     failed_attempt: bool  # charged to the failed-deploy budget
+    says: str = ""  # a word the verdict's diagnosis (failed attempt or blocker) must name
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,11 @@ class Scenario:
     # on the default profile: here it runs in the full matrix only (`make test-all`, the bench).
     covered_by: str = ""
     gpu_ceiling: int | None = None  # the workload's resources.gpu_ceiling, when the sample's 8 is too few
+    # What the cluster does while the suite runs (on a thread): it notes what it did for the outcome.
+    during: Callable[[Target, dict[str, Any]], None] | None = None
+    no_progress_s: float = NO_PROGRESS_S
+    goal_s: float | None = None  # the time to verdict the test holds the harness to (else the bench's)
+    in_slice: bool = True  # False: the full matrix only, also on the representative profile
 
 
 @dataclass
@@ -143,11 +158,20 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
     if scenario.setup is not None:
         scenario.setup(target)
     exp = target.experiment(path, support={}, gpu_ceiling=scenario.gpu_ceiling)
+    notes: dict[str, Any] = {}
+    helper = None
+    if scenario.during is not None:
+        helper = threading.Thread(target=_noted, args=(scenario.during, target, notes), daemon=True,
+                                  name=f"verdict-{scenario.name}")
+        helper.start()
     try:
-        suite = target.run(exp, f"--timeout-readiness={READINESS_S:.0f}", "--timeout-readiness-no-progress=120")
+        suite = target.run(exp, f"--timeout-readiness={READINESS_S:.0f}",
+                           f"--timeout-readiness-no-progress={scenario.no_progress_s:.0f}")
     finally:  # the operator's and the serving's switches are keyed by namespace/DGD: never left behind
         faults.set_operator_fault(target.kube, target.namespace, DGD_NAME, None)
         faults.set_serving_fault(target.kube, target.namespace, DGD_NAME, None)
+        if helper is not None:
+            helper.join(timeout=30)
     led = suite.ledger()
     got = outcomes(led)
     failed_step = next((s for s, o in got.items() if o in {"failed", "blocked"}), "step7_smoke")
@@ -159,17 +183,27 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
                 (led.get("failed_attempts") or [{}])[-1].get("category"))
     verdict_at = readiness.get("verdict_at") if failed_step == "step6_readiness" or led["status"] == "ready" else \
         step(led, failed_step).get("ended_at")
-    evidence_at = first_evidence(target, scenario, verdict_at)
+    evidence_at = first_evidence(target, scenario, verdict_at, notes)
     seconds = None
     if evidence_at and verdict_at:
-        seconds = round((_parse(verdict_at) - _parse(evidence_at)).total_seconds(), 3)
+        seconds = round((parse(verdict_at) - parse(evidence_at)).total_seconds(), 3)
+    diagnosis = ((led.get("failed_attempts") or [{}])[-1].get("diagnosis") if led["status"] == "failed" else
+                 blockers[0].get("message") if blockers else None)
     return suite, Outcome(scenario.name, profile, led["status"], failed_step, category,
                           len(led.get("failed_attempts") or []), evidence_at, verdict_at, seconds,
                           {"reconcile_errors": readiness.get("reconcile_errors") or [],
-                           "generation_rule": readiness.get("generation_rule")})
+                           "generation_rule": readiness.get("generation_rule"), "diagnosis": diagnosis,
+                           "contention": len(readiness.get("contention") or []), **notes})
 
 
-def _parse(stamp: str) -> dt.datetime:
+def _noted(during: Callable[[Target, dict[str, Any]], None], target: Target, notes: dict[str, Any]) -> None:
+    try:
+        during(target, notes)
+    except (SuiteError, OSError) as exc:  # the test names it; the run still ends on its own bounds
+        notes["during_error"] = f"{type(exc).__name__}: {exc}"
+
+
+def parse(stamp: str) -> dt.datetime:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
@@ -184,7 +218,8 @@ def _done(entry: Obj, resource: str, subresource: str | None = None) -> bool:
             and entry.get("verb") in {"create", "update", "patch"} and entry.get("stage") == "ResponseComplete")
 
 
-def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None) -> str | None:
+def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None,
+                   notes: dict[str, Any] | None = None) -> str | None:
     """The audit time of the request that made the failure visible (None: no such request):
 
     * event reasons: the create of the first such Warning event of the DGD's children; for
@@ -195,7 +230,9 @@ def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None) -
     * ``status``: the operator's first status write of the DGD (beside the event reasons: the
       earliest of both, for a class the DGD's status shows on some profiles and events on others);
     * ``ready-status``: the operator's last status write of the DGD before the verdict (the one
-      that made it Ready: the time to a ready verdict).
+      that made it Ready: the time to a ready verdict);
+    * ``termination``: the first status write of a cued pod (``notes["pods"]``) after the cue
+      (``notes["cued_at"]``): kwok's report of the container's first termination.
     """
     if not scenario.evidence:
         return None
@@ -203,15 +240,21 @@ def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None) -
     prefix = f"{DGD_NAME}-"  # any of the DGD's children (the frontend's may speak first)
     dgd_writes = [str(e["requestReceivedTimestamp"]) for e in audit if _done(e, "dynamographdeployments", "status")]
     if scenario.evidence == ("ready-status",):
-        before = [w for w in dgd_writes if verdict_at and _parse(w) <= _parse(verdict_at)]
-        return max(before, key=_parse) if before else None
+        before = [w for w in dgd_writes if verdict_at and parse(w) <= parse(verdict_at)]
+        return max(before, key=parse) if before else None
     pod_writes = [e for e in audit if _done(e, "pods", "status")
                   and str((e.get("objectRef") or {}).get("name", "")).startswith(prefix)
                   and "deploy-suite" not in str(e.get("userAgent"))]
+    if scenario.evidence == ("termination",):
+        cued = (notes or {}).get("cued_at")
+        after = [str(e["requestReceivedTimestamp"]) for e in pod_writes
+                 if (e.get("objectRef") or {}).get("name") in (notes or {}).get("pods", ())
+                 and cued and parse(str(e["requestReceivedTimestamp"])) >= parse(cued)]
+        return min(after, key=parse) if after else None
     if scenario.evidence == ("pod-status",):
         before = [str(e["requestReceivedTimestamp"]) for e in pod_writes if verdict_at and
-                  _parse(str(e["requestReceivedTimestamp"])) <= _parse(verdict_at)]
-        return max(before, key=_parse) if before else None
+                  parse(str(e["requestReceivedTimestamp"])) <= parse(verdict_at)]
+        return max(before, key=parse) if before else None
     events, _ = target.kube.list_items("Event", target.namespace)
     names = {str(e["metadata"]["name"]) for e in events
              if e.get("reason") in scenario.evidence and e.get("type") == "Warning"
@@ -225,7 +268,7 @@ def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None) -
         stamps += dgd_writes[:1]
     if "FailedScheduling" in scenario.evidence:
         stamps += [str(e["requestReceivedTimestamp"]) for e in pod_writes if "scheduler" in str(e.get("userAgent"))]
-    return min(stamps, key=_parse) if stamps else None
+    return min(stamps, key=parse) if stamps else None
 
 
 # ------------------------------------------------------------------ the classes
@@ -311,6 +354,97 @@ def _unbound(target: Target) -> None:
                                  "resources": {"requests": {"storage": "100Gi"}}}}, target.namespace)
 
 
+# ---- the container's own words (judges/data/signatures.yaml): decisive at the first termination
+# The crashed run's last lines, in the structure of the sources the signatures cite (vLLM's
+# loading lines; torch's OOM error, https://github.com/vllm-project/vllm/issues/18163;
+# huggingface_hub's GatedRepoError, https://github.com/ariG23498/gemma3-object-detection/issues/5).
+_LOADING = ("INFO worker: loading Qwen/Qwen3-0.6B\n"
+            "INFO model_runner: Loading weights took 1.12 GiB and 2.31 seconds\n")
+OOM_WORDS = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total "
+             "capacity of 139.72 GiB of which 11.06 GiB is free.")
+GATED_WORDS = ("huggingface_hub.errors.GatedRepoError: 403 Client Error. (Request ID: Root=1-verdict)\n"
+               "Cannot access gated repo for url https://huggingface.co/Qwen/Qwen3-0.6B/resolve/main/config.json.\n"
+               "Access to model Qwen/Qwen3-0.6B is restricted and you are not in the authorized list.")
+_WORKER_PODS = f"{LABEL_DGD_NAME}={DGD_NAME},{LABEL_COMPONENT}={WORKER}"
+
+
+def _loads_then_crashes(target: Target) -> None:
+    target.apply_fault(faults.crash_on_cue(
+        f"verdict-cue-{target.namespace}", [*faults.by_dgd(DGD_NAME, namespace=target.namespace),
+                                            {"key": f'.metadata.labels["{LABEL_COMPONENT}"]', "operator": "In",
+                                             "values": [WORKER]}]))
+
+
+def _started(objs: dict[str, Obj]) -> tuple[bool, str]:
+    started = [o for o in objs.values() if (o.get("spec") or {}).get("nodeName") and all(
+        c.get("started") for c in (o.get("status") or {}).get("containerStatuses") or [{}])]
+    return bool(objs) and len(started) == len(objs), f"{len(started)}/{len(objs)} worker pods loading"
+
+
+def _crashes_saying(said: str) -> Callable[[Target, dict[str, Any]], None]:
+    """The worker loads, then dies saying ``said``: once ``kubectl logs --previous`` serves those
+    words (a kwok Logs object per pod, over the one the operator replica wires when its serving is
+    up, as test_deploy_offline.py's crash loop does), the pods are cued to crash."""
+    def during(target: Target, notes: dict[str, Any]) -> None:
+        previous = faults.write_cri_log(target.tmp / "previous.log", _LOADING + said + "\n")
+        current = faults.write_cri_log(target.tmp / "current.log", "INFO worker: restarting\n")
+        pods = target.kube.wait_for(Watch("Pod", target.namespace, label_selector=_WORKER_PODS), _started,
+                                    awaited="the worker loading", timeout=READINESS_S / 2).objects
+        names = sorted(str(p["metadata"]["name"]) for p in pods.values())
+
+        def wired(objs: dict[str, Obj]) -> tuple[bool, str]:
+            return set(names) <= {str(o["metadata"]["name"]) for o in objs.values()}, f"{len(objs)} Logs"
+
+        logs = Watch(target.kube.resource(faults.KWOK_API, "Logs"), target.namespace)
+        try:  # the replica wires each pod's Logs once, when its serving is up: never over ours
+            target.kube.wait_for(logs, wired, awaited="the replica's Logs", timeout=60)
+        except SuiteError as exc:
+            notes["replica_logs"] = str(exc)
+        for pod in pods.values():
+            target.kube.apply(faults.logs_object({**pod, "apiVersion": "v1", "kind": "Pod"}, current,
+                                                 previous=previous), target.namespace)
+        notes["pods"], notes["cued_at"] = names, clock.iso_now_precise()
+        for name in names:
+            faults.cue(target.kube, name, target.namespace)
+
+        def ended(objs: dict[str, Obj]) -> tuple[bool, str]:
+            stamps = [str(((c.get("lastState") or {}).get("terminated") or {}).get("finishedAt") or "")
+                      for o in objs.values() for c in (o.get("status") or {}).get("containerStatuses") or []]
+            notes["finished_at"] = min((s for s in stamps if s), default=None)
+            return bool(notes["finished_at"]), "terminated" if notes["finished_at"] else "not terminated yet"
+
+        target.kube.wait_for(Watch("Pod", target.namespace, label_selector=_WORKER_PODS), ended,
+                             awaited="the worker's first termination", timeout=30)
+    return during
+
+
+# ---- contention longer than the no-progress bound, then the GPUs free
+CONTENTION_NO_PROGRESS_S = 15.0
+H200_NODES = ("h200-0", "h200-1")
+
+
+def _every_h200_gpu_held(target: Target) -> None:
+    target.hold_gpus(H200_NODES, 8)
+
+
+def _unschedulable(objs: dict[str, Obj]) -> tuple[bool, str]:
+    pending = [o for o in objs.values() if any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False"
+        for c in (o.get("status") or {}).get("conditions") or [])]
+    return bool(pending), f"{len(pending)} worker pod(s) unschedulable"
+
+
+def _free_gpus_after_the_bound(target: Target, notes: dict[str, Any]) -> None:
+    """Another tenant releases its GPUs once the worker has waited for them longer than the bound."""
+    target.kube.wait_for(Watch("Pod", target.namespace, label_selector=_WORKER_PODS), _unschedulable,
+                         awaited="the worker pending on GPUs", timeout=READINESS_S / 2)
+    held = time.monotonic()
+    time.sleep(CONTENTION_NO_PROGRESS_S + 5)
+    for node in H200_NODES:
+        target.kube.delete("Pod", f"gpu-holder-{node}", target.namespace)
+    notes["held_s"] = round(time.monotonic() - held, 1)
+
+
 def _with(mutate: Callable[[dict[str, Any]], None]) -> Callable[[], dict[str, Any]]:
     def make() -> dict[str, Any]:
         dgd = base_dgd()
@@ -370,4 +504,17 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              evidence=("ready-status",)),
     Scenario("listed-model-not-ready", Expected("blocked", "step7_smoke", "smoke", False),
              setup=_serving_fault("model-not-ready")),
+    # The container's own words decide at its first termination (no second restart awaited), within
+    # 2 s of the kubelet's report of it.
+    Scenario("log-signature-gpu-oom", Expected(category="crash", says="gpu-out-of-memory",  # type: ignore[arg-type]
+                                               **FAILED_ATTEMPT),
+             setup=_loads_then_crashes, during=_crashes_saying(OOM_WORDS), evidence=("termination",), goal_s=2.0),
+    Scenario("log-signature-gated-model", Expected("blocked", "step6_readiness", "dependency", False, "gated-model"),
+             setup=_loads_then_crashes, during=_crashes_saying(GATED_WORDS), evidence=("termination",), goal_s=2.0,
+             in_slice=False),
+    # A wait for GPUs another tenant holds, longer than the no-progress bound (step 2 cannot prove it
+    # short: the unmodelled term), ends ready once they free: a hold is a sign of a legitimate wait.
+    Scenario("contention-outlasts-no-progress", Expected("ready", "step7_smoke", "ready", False),
+             _unmodelled(lambda dgd: None), setup=_every_h200_gpu_held, during=_free_gpus_after_the_bound,
+             no_progress_s=CONTENTION_NO_PROGRESS_S, evidence=("ready-status",), in_slice=False),
 )}
