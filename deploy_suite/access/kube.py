@@ -37,7 +37,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from deploy_suite import clock, yamlio
-from deploy_suite.access import watch
+from deploy_suite.access import tls, watch
 from deploy_suite.access.portforward import PortForward as PortForward
 from deploy_suite.access.resources import DGD as DGD
 from deploy_suite.access.resources import KNOWN as KNOWN
@@ -144,6 +144,8 @@ class ClientTransport:
 
     def __init__(self, api: k8s_client.ApiClient, request_timeout: float) -> None:
         self.api = api
+        # A connection reset before its TLS handshake (an apiserver restarting) is closed at once.
+        tls.close_failed_handshakes(api.rest_client.pool_manager)
         self.request_timeout = request_timeout
         self.server = str(api.configuration.host)
 
