@@ -426,13 +426,8 @@ class Kube:
     def pod_log(self, name: str, namespace: str, container: str | None = None, tail: int = 50,
                 previous: bool = False, *, limit_bytes: int | None = None) -> str:
         res = KNOWN["Pod"]
-        args = ["logs", name, "-n", namespace, f"--tail={tail}"]
-        if container:
-            args += ["-c", container]
-        if previous:
-            args.append("--previous")
-        if limit_bytes:
-            args.append(f"--limit-bytes={limit_bytes}")
+        args = ["logs", name, "-n", namespace, f"--tail={tail}", *(["-c", container] if container else []),
+                *(["--previous"] if previous else []), *([f"--limit-bytes={limit_bytes}"] if limit_bytes else [])]
 
         def fetch() -> str:
             data = self.transport.request("GET", res.path(namespace, name, "log"), {k: v for k, v in {
