@@ -29,7 +29,6 @@ from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.plugins.ledger import KILL_ENV
 from deploy_suite.record import ledger
 from tests import support
-from tests.e2e.test_deploy_offline import hold_gpus
 from tests.support import SuiteRun, Target
 
 pytestmark = [pytest.mark.cluster]
@@ -118,7 +117,7 @@ def test_a_rerun_on_a_cluster_with_gpus_for_exactly_one_copy_passes_step_2(targe
     assert sum(mine.values()) == first.ledger()["gpus_requested"] == 1, mine
     # Another tenant takes every GPU the DGD could use but its own: exactly one copy fits.
     for node, own in mine.items():
-        hold_gpus(target, [node], 8 - own)
+        target.hold_gpus([node], 8 - own)
 
     rerun, events = audited_rerun(target, exp.exp_root, 0, None)
     led = rerun.ledger()
