@@ -473,8 +473,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              covered_by="test_taint_mismatch_past_an_unknown_capacity_fails_step6_at_once"),
     Scenario("selector-mismatch", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
              _unmodelled(_selector), evidence=("FailedScheduling",)),
-    Scenario("oversized-request", Expected(category="failed-deploy", **FAILED_ATTEMPT),  # type: ignore[arg-type]
-             _unmodelled(_oversized), evidence=("FailedScheduling",)),
+    # A memory request no node can ever offer: step 2's capacity over every resource blocks it before
+    # any mutation (docs/procedure.md, step 2), no failed attempt.
+    Scenario("oversized-request", Expected("blocked", "step2_validate", "resource-capacity", False),
+             _unmodelled(_oversized)),
     Scenario("crash-loop", Expected(category="crash", **FAILED_ATTEMPT),  # type: ignore[arg-type]
              setup=_crash_loop, evidence=("pod-status",),
              covered_by="test_a_crash_loop_keeps_the_containers_last_lines_redacted_then_is_torn_down"),
