@@ -26,27 +26,12 @@ from deploy_suite.procedure.settings import Timeouts
 from deploy_suite.vocab import TriageCategory, WaitingSign
 from tests import fakekube
 from tests.fakekube import FakeApi, pod
+from tests.unit.test_rollout import DEPLOY  # the same two-component DGD
 
 NS = "demo"
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)  # the FakeClock's start
 LABELS = {"nvidia.com/dynamo-graph-deployment-name": "demo"}
 WORKER = "demo-worker-0"
-DEPLOY = """\
-apiVersion: nvidia.com/v1alpha1
-kind: DynamoGraphDeployment
-metadata: {name: demo}
-spec:
-  services:
-    Frontend:
-      componentType: frontend
-      replicas: 1
-      extraPodSpec: {mainContainer: {image: registry.local/runtime:1}}
-    VllmDecodeWorker:
-      componentType: worker
-      replicas: 1
-      resources: {limits: {gpu: "1"}}
-      extraPodSpec: {mainContainer: {image: registry.local/runtime:1, args: [--model, m]}}
-"""
 INSUFFICIENT = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes are available: " \
                "2 No preemption victims found for incoming pod."
 
