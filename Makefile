@@ -23,25 +23,26 @@ binaries: venv  ## build (first time, many minutes) or reuse the offline cluster
 chromium:  ## install headless Chromium (Debian's chromium package) for the browser tests, unless present
 	scripts/install-chromium
 
-docker:  ## Docker for the kind provider (Debian's docker.io; a runtime wrapper only where capabilities are missing)
+docker:  ## Docker and debootstrap for the kind provider (Debian's packages; a runtime wrapper only where capabilities are missing)
 	scripts/install-docker
 
-kind-images: venv binaries docker  ## build (first time, minutes) or reuse kind, the node binaries and the kind node image
-	$(PY) -c "from deploy_suite.offline.kind import nodeimage, tools; print(nodeimage.ensure_node_image(tools.ensure_tools()).ref)"
+kind-images: venv binaries docker  ## build (first time, minutes) or reuse kind, the node binaries, the kind node image and the Dynamo image
+	$(PY) -m deploy_suite.offline.kind.prepare
 
-test: venv binaries chromium lint  ## lint, then the project's tests (unit, browser, integration, end-to-end; a representative slice of each matrix; kind: make test-kind)
-	@$(VENV)/bin/pytest tests -m "not matrix and not kind" $(PYTEST_ARGS); rc=$$?; \
+# The kind tests run last; their images build in the background meanwhile (fixtures/kind.py).
+test: venv binaries chromium lint docker  ## lint, then the project's tests (unit, browser, integration, end-to-end, kind; a representative slice of each matrix)
+	@DEPLOY_SUITE_REQUIRE_KIND=1 $(VENV)/bin/pytest tests -m "not matrix" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
-test-all: venv binaries chromium docker kind-images lint  ## as `make test`, plus the rest of every matrix (each operator profile x each failure class)
-	@$(VENV)/bin/pytest tests $(PYTEST_ARGS); rc=$$?; \
+test-all: venv binaries chromium lint docker  ## as `make test`, plus the rest of every matrix (each operator profile x each failure class, every kind case)
+	@DEPLOY_SUITE_REQUIRE_KIND=1 $(VENV)/bin/pytest tests $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 test-unit: venv  ## only the fast unit tests (no cluster)
 	$(VENV)/bin/pytest tests/unit -q $(PYTEST_ARGS)
 
 test-kind: venv binaries docker kind-images  ## only the kind tests (one kind cluster, every kind case)
-	$(VENV)/bin/pytest tests/kind -m kind -q $(PYTEST_ARGS)
+	DEPLOY_SUITE_REQUIRE_KIND=1 $(VENV)/bin/pytest tests/kind -m kind -q $(PYTEST_ARGS)
 
 # What CONTRIBUTING.md's Rules promise about size and repetition, checked here rather than in review.
 LINT_ROOTS := deploy_suite plugins fixtures
