@@ -398,3 +398,36 @@ def triage_pull_events(subject: str, messages: Sequence[str]) -> Verdict | None:
     if not messages:
         return None
     return _pull_verdict(subject, "ErrImagePull", messages[-1], list(messages[:-1]))
+
+
+# The node's own taints for a node the kubelet no longer reports for (node lifecycle controller).
+_NODE_DOWN_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+
+
+def node_lost(pod: Obj, node: Obj | None) -> Verdict | None:
+    """The node a bound, not-ready pod runs on, when that node is down: a ``platform`` verdict.
+
+    A node whose Ready condition is not ``True`` (``Unknown`` once the kubelet stops posting status:
+    the node lifecycle controller's ``NodeStatusUnknown``, "Kubelet stopped posting node status";
+    ``False`` when the kubelet itself says it is not ready) cannot run the pod: the node's fault,
+    never the candidate's (docs/triage.md). None when the node is Ready, unknown (``node`` None) or
+    the pod is not bound.
+    """
+    node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+    if not node_name or node is None:  # a deleted node's pods are deleted by the pod GC: their own words say so
+        return None
+    pod_name = str((pod.get("metadata") or {}).get("name"))
+    conds = {str(c.get("type")): c for c in (node.get("status") or {}).get("conditions") or []}
+    ready = conds.get("Ready") or {}
+    if ready.get("status") == "True":
+        return None
+    taints = [str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []
+              if t.get("key") in _NODE_DOWN_TAINTS]
+    said = f"{ready.get('reason') or 'no reason'}: {ready.get('message') or 'no message'}" if ready else \
+        "no Ready condition"
+    evidence = [f"node/{node_name} Ready={ready.get('status', 'missing')} since {ready.get('lastTransitionTime', '?')} "
+                f"(last heartbeat {ready.get('lastHeartbeatTime', '?')}): {said}"]
+    if taints:
+        evidence.append(f"node/{node_name} taints: {', '.join(taints)}")
+    return Verdict(TriageCategory.PLATFORM, f"node {node_name} of pod {pod_name} is NotReady ({said}): "
+                   f"{_HINTS[TriageCategory.PLATFORM]}", evidence)

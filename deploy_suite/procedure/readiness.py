@@ -118,7 +118,7 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, fronte
         dgd.name, expected, reporting.on_allocated, kube.field_manager, bounds.reconcile_error_grace_s,
         reads=waits.SignReads(kube, namespace, lambda pod, container: evidence.last_line(kube, namespace, pod,
                                                                                          container)),
-        loading_s=bounds.readiness_loading_s)
+        loading_s=bounds.readiness_loading_s, read_node=lambda name: kube.get_or_none("Node", name))
     ready.progressed("readiness wait started")
     while True:
         now = clock.monotonic()

@@ -21,9 +21,10 @@ from deploy_suite.access.kube import Kube
 from deploy_suite.access.resources import DGD, Obj
 from deploy_suite.access.watch import Judge, Seen, Watch
 from deploy_suite.constants import LABEL_DGD_NAME, LABEL_JOB_NAME
-from deploy_suite.errors import KubeError
+from deploy_suite.errors import Forbidden, KubeError
 from deploy_suite.judges import conditions, operator_status, signatures, triage, waiting
 from deploy_suite.judges.conditions import DgdStatus, gpus_of, milestones, stop, unschedulable
+from deploy_suite.judges.membership import pod_ready
 from deploy_suite.judges.triage import Verdict  # DgdReady has a field named triage
 from deploy_suite.judges.waiting import Sign, Waiting
 from deploy_suite.vocab import TriageCategory, WaitingSign
@@ -34,6 +35,8 @@ from deploy_suite.vocab import TriageCategory, WaitingSign
 LOOK_AFTER_S = 10.0
 EVENTS_EVERY_S = 30.0
 LINE_EVERY_S = 60.0
+# A not-ready pod's node is read again at most this often (a node down is judged from it).
+NODE_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -255,8 +258,10 @@ class DgdReady:
     count rising: ``last_progress``) and the signs of a legitimate wait (held, pulling, loading:
     ``signs``; the no-progress bound counts from ``counts_from``), and raises for a crash loop that
     persists, an image that does not exist, a reconciliation error, a pending verdict that waiting
-    cannot help (a failed attempt when the manifest can never run, a dependency otherwise) or a
-    container loading longer than ``loading_s``.
+    cannot help (a failed attempt when the manifest can never run, a dependency otherwise), a
+    container loading longer than ``loading_s``, or the node of a pod not ready staying down for
+    ``failed_grace_s`` (blocked, ``platform``: :func:`triage.node_lost`; nodes are read through
+    ``read_node``, none when the deployer may not read them).
     """
 
     triage: PendingTriage
@@ -283,6 +288,9 @@ class DgdReady:
     signs: Waiting = field(default_factory=Waiting)  # the last judgement: signs, and what is stuck
     waiting_mono: float = field(default_factory=clock.monotonic)  # the last time nothing was stuck
     started_at: datetime = field(default_factory=clock.now)
+    read_node: Callable[[str], Obj | None] | None = None  # a node by name, None when it does not exist
+    _nodes: dict[str, tuple[float, Obj | None]] = field(default_factory=dict)  # name -> (read at, node)
+    _node_down: dict[str, float] = field(default_factory=dict)  # name -> first seen down (monotonic)
     _line: str | None = None
     _waits: dict[str, str] = field(default_factory=dict)
     _failed_since: float | None = None
@@ -310,6 +318,7 @@ class DgdReady:
         pods = list(seen["pods"].values())
         for pod in pods:
             self._judge_pod(pod)
+        self._judge_nodes(pods)
         new = sorted(set().union(*map(milestones, pods)) - self.reached) if pods else []
         if new:
             self.reached.update(new)
@@ -381,6 +390,30 @@ class DgdReady:
             if not verdict.can_wait:
                 stop(verdict)
             self._note_wait(pod["metadata"]["name"], verdict, once)
+
+    def _judge_nodes(self, pods: Sequence[Obj]) -> None:
+        """The nodes of the bound pods not ready: one down for ``failed_grace_s`` blocks the step."""
+        now, down = clock.monotonic(), set()
+        for pod in pods:
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if self.read_node is None or not node_name or pod_ready(pod) or pod["metadata"].get("deletionTimestamp"):
+                continue
+            read_at, node = self._nodes.get(node_name, (-NODE_EVERY_S, None))
+            if now - read_at >= NODE_EVERY_S:
+                try:
+                    node = self.read_node(node_name)
+                except Forbidden:  # the deployer may not read nodes: the pods' own words must do
+                    self.read_node = None
+                    return
+                self._nodes[node_name] = (now, node)
+            verdict = triage.node_lost(pod, node)
+            if verdict is None:
+                continue
+            down.add(node_name)
+            if now - self._node_down.setdefault(node_name, now) >= self.failed_grace_s:
+                stop(verdict)
+        for gone in set(self._node_down) - down:  # back, or no pod of ours waits on it any more
+            del self._node_down[gone]
 
     def _note_wait(self, pod: str, verdict: Verdict, once: bool) -> None:
         """Contention, an unclassified scheduler verdict or a pull being retried, recorded."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from deploy_suite import clock
@@ -392,3 +394,33 @@ def test_a_pod_request_follows_the_init_container_rule():
     assert pod_request(spec, "cpu") == 4.0
     spec["initContainers"][0]["resources"]["requests"]["cpu"] = "2"
     assert pod_request(spec, "cpu") == 3.5
+
+
+# ------------------------------------------------------------------ a node down (step 6)
+def _node(ready: str, reason: str = "", message: str = "", taints: tuple[str, ...] = ()) -> dict[str, Any]:
+    cond = {"type": "Ready", "status": ready, "lastTransitionTime": "2026-01-01T00:01:00Z",
+            "lastHeartbeatTime": "2026-01-01T00:00:20Z", **({"reason": reason, "message": message} if reason else {})}
+    return {"metadata": {"name": "gpu-1"}, "spec": {"taints": [{"key": k, "effect": "NoSchedule"} for k in taints]},
+            "status": {"conditions": [cond]}}
+
+
+def test_a_node_the_kubelet_stopped_reporting_for_is_a_platform_verdict_naming_its_condition() -> None:
+    pod = {"metadata": {"name": "w-0"}, "spec": {"nodeName": "gpu-1"}}
+    verdict = triage.node_lost(pod, _node("Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.",
+                                          ("node.kubernetes.io/unreachable",)))
+    assert verdict is not None and verdict.category == TriageCategory.PLATFORM and not verdict.can_wait
+    assert verdict.diagnosis.startswith("node gpu-1 of pod w-0 is NotReady (NodeStatusUnknown: Kubelet stopped "
+                                        "posting node status.)")
+    assert verdict.evidence == ["node/gpu-1 Ready=Unknown since 2026-01-01T00:01:00Z (last heartbeat "
+                                "2026-01-01T00:00:20Z): NodeStatusUnknown: Kubelet stopped posting node status.",
+                                "node/gpu-1 taints: node.kubernetes.io/unreachable"]
+    # The kubelet's own NotReady (False, its reason) is the same verdict with its words.
+    own = triage.node_lost(pod, _node("False", "KubeletNotReady", "container runtime network not ready"))
+    assert own is not None and "KubeletNotReady: container runtime network not ready" in own.diagnosis
+
+
+def test_a_ready_node_an_unknown_node_and_an_unbound_pod_give_no_node_verdict() -> None:
+    bound = {"metadata": {"name": "w-0"}, "spec": {"nodeName": "gpu-1"}}
+    assert triage.node_lost(bound, _node("True")) is None
+    assert triage.node_lost(bound, None) is None  # deleted: the pod GC deletes its pods, they say so
+    assert triage.node_lost({"metadata": {"name": "w-0"}, "spec": {}}, _node("Unknown")) is None

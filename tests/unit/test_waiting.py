@@ -17,11 +17,11 @@ from deploy_suite import clock
 from deploy_suite.access.kube import KNOWN, Kube
 from deploy_suite.access.watch import TICK_S
 from deploy_suite.constants import LABEL_COMPONENT
-from deploy_suite.errors import StepFailure, WaitTimeout
+from deploy_suite.errors import StepBlocked, StepFailure, WaitTimeout
 from deploy_suite.judges import waiting
 from deploy_suite.judges.triage import Verdict
 from deploy_suite.model.dgd import load_dgd
-from deploy_suite.procedure import readiness
+from deploy_suite.procedure import readiness, waits
 from deploy_suite.procedure.settings import Timeouts
 from deploy_suite.vocab import TriageCategory, WaitingSign
 from tests import fakekube
@@ -180,6 +180,18 @@ def test_a_log_line_is_clipped_to_a_progress_bars_newest_state() -> None:
 # ------------------------------------------------------------------ the wait
 
 
+def node(name: str = "h200-0", ready: str = "True", since_s: float = 0.0) -> dict[str, Any]:
+    """A node as the node lifecycle controller leaves it: Ready, or Unknown once the kubelet stopped posting."""
+    cond: dict[str, Any] = {"type": "Ready", "status": ready, "lastTransitionTime": at(since_s),
+                            "lastHeartbeatTime": at(0)}
+    taints: list[dict[str, Any]] = []
+    if ready == "Unknown":
+        cond.update(reason="NodeStatusUnknown", message="Kubelet stopped posting node status.")
+        taints = [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": at(since_s)}]
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "spec": {"taints": taints} if taints else {}, "status": {"conditions": [cond]}}
+
+
 @pytest.fixture
 def fake() -> Iterator[tuple[FakeApi, Kube, list]]:
     with fakekube.installed() as made:
@@ -309,3 +321,47 @@ def test_the_hard_cap_still_ends_a_wait_that_shows_a_sign(fake, tmp_path: Path) 
         wait_ready(kube, tmp_path, readiness_no_progress_s=60, readiness_s=300)
     assert caught.value.category == "timeout" and "hard cap timeouts.readiness_s" in str(caught.value)
 
+
+
+# ------------------------------------------------------------------ a node down
+
+
+def test_the_node_of_a_pod_not_ready_down_past_the_grace_blocks_the_step_as_platform(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.put(KNOWN["Node"], node())
+
+    def timeline(t: float) -> tuple[list[dict[str, Any]], bool]:
+        if t >= 60:  # the kubelet stopped posting: the node lifecycle controller says Unknown
+            api.put(KNOWN["Node"], node(ready="Unknown", since_s=60))
+        return [FRONTEND, running()], False
+
+    ticking(api, kube, timeline)
+    with pytest.raises(StepBlocked) as caught:
+        wait_ready(kube, tmp_path, readiness_no_progress_s=600, readiness_s=3600, reconcile_error_grace_s=30)
+    blocked = caught.value
+    assert blocked.category == "platform" and blocked.result is not None  # the wait's evidence is kept
+    assert str(blocked).startswith(f"node h200-0 of pod {WORKER} is NotReady (NodeStatusUnknown: Kubelet stopped "
+                                   "posting node status.)")
+    assert "node/h200-0 taints: node.kubernetes.io/unreachable" in str(blocked)
+    # Judged after the grace (30 s) from the first read that saw it down, reads every NODE_EVERY_S at most.
+    assert 90 <= clock.monotonic() - 1000.0 <= 90 + waits.NODE_EVERY_S + 2 * TICK_S  # FakeClock starts at 1000
+    assert len([r for r in api.of("GET") if r.path.endswith("/nodes/h200-0")]) <= 100 // waits.NODE_EVERY_S + 2
+
+
+def test_a_node_down_shorter_than_the_grace_and_a_ready_pods_node_are_no_verdict(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+
+    def timeline(t: float) -> tuple[list[dict[str, Any]], bool]:
+        api.put(KNOWN["Node"], node(ready="Unknown" if 20 <= t < 40 else "True", since_s=20))
+        return [FRONTEND, running(ready=t >= 120)], t >= 120
+
+    ticking(api, kube, timeline)
+    ready = wait_ready(kube, tmp_path, readiness_no_progress_s=600, readiness_s=3600, reconcile_error_grace_s=30)
+    assert ready.state == "ready"
+
+
+def test_a_deployer_that_may_not_read_nodes_waits_on_the_pods_own_words(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.fail("GET", "/api/v1/nodes/h200-0", fakekube.forbidden("get", "nodes"), times=1000)
+    ticking(api, kube, lambda t: ([FRONTEND, running(ready=t >= 60)], t >= 60))
+    assert wait_ready(kube, tmp_path, readiness_no_progress_s=600, readiness_s=3600).state == "ready"
