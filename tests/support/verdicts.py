@@ -232,9 +232,7 @@ def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None,
     * ``ready-status``: the operator's last status write of the DGD before the verdict (the one
       that made it Ready: the time to a ready verdict);
     * ``termination``: the first status write of a cued pod (``notes["pods"]``) after the cue
-      (``notes["cued_at"]``): kwok's report of the container's first termination;
-    * ``node-status``: the node lifecycle controller's first status write of the stopped node
-      (``notes["node"]``) after it stopped (``notes["stopped_at"]``): the node marked Unknown.
+      (``notes["cued_at"]``): kwok's report of the container's first termination.
     """
     if not scenario.evidence:
         return None
@@ -253,13 +251,6 @@ def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None,
                  if (e.get("objectRef") or {}).get("name") in (notes or {}).get("pods", ())
                  and cued and parse(str(e["requestReceivedTimestamp"])) >= parse(cued)]
         return min(after, key=parse) if after else None
-    if scenario.evidence == ("node-status",):
-        stopped = (notes or {}).get("stopped_at")
-        marked = [str(e["requestReceivedTimestamp"]) for e in audit if _done(e, "nodes", "status")
-                  and (e.get("objectRef") or {}).get("name") == (notes or {}).get("node")
-                  and "kube-controller-manager" in str(e.get("userAgent"))
-                  and stopped and parse(str(e["requestReceivedTimestamp"])) >= parse(stopped)]
-        return min(marked, key=parse) if marked else None
     if scenario.evidence == ("pod-status",):
         before = [str(e["requestReceivedTimestamp"]) for e in pod_writes if verdict_at and
                   parse(str(e["requestReceivedTimestamp"])) <= parse(verdict_at)]
@@ -454,39 +445,6 @@ def _free_gpus_after_the_bound(target: Target, notes: dict[str, Any]) -> None:
     notes["held_s"] = round(time.monotonic() - held, 1)
 
 
-# ---- the worker's node goes down while it loads (its kubelet stops posting status)
-KWOK_NODE = "kwok.x-k8s.io/node"  # the annotation kwok heartbeats the nodes by (offline/pools.py)
-NODE_DOWN_HOLD_S = 90.0  # down long enough for the harness's grace (30 s) after the controller's verdict
-
-
-def _loading_long(target: Target) -> None:
-    # Running, not Ready, for 10 minutes: still loading when its node goes down.
-    target.apply_fault(faults.slow_start(f"verdict-long-{target.namespace}",
-                                         faults.by_dgd(DGD_NAME, namespace=target.namespace), 1.0, 600.0))
-
-
-def _node_down_while_loading(target: Target, notes: dict[str, Any]) -> None:
-    """kwok stops heartbeating the worker's node (its annotation removed), as a real kubelet that
-    dies stops posting: the node lifecycle controller marks it Unknown after its grace period and
-    the pods on it not ready. Given back afterwards: the cluster is shared by the next tests."""
-    pods = target.kube.wait_for(Watch("Pod", target.namespace, label_selector=_WORKER_PODS), _started,
-                                awaited="the worker loading", timeout=READINESS_S / 2).objects
-    node = str(next(iter(pods.values()))["spec"]["nodeName"])
-    path = "/metadata/annotations/" + KWOK_NODE.replace("/", "~1")
-    target.kube.patch_json("Node", node, None, [{"op": "remove", "path": path}])
-    notes["node"], notes["stopped_at"] = node, clock.iso_now_precise()
-    try:
-        def unknown(objs: dict[str, Obj]) -> tuple[bool, str]:
-            conds = {c.get("type"): c for o in objs.values() for c in (o.get("status") or {}).get("conditions") or []}
-            return (conds.get("Ready") or {}).get("status") == "Unknown", "waiting for the node controller"
-
-        target.kube.wait_for(Watch("Node", None, name=node), unknown, awaited=f"node {node} Unknown", timeout=120)
-        notes["unknown_at"] = clock.iso_now_precise()
-        time.sleep(NODE_DOWN_HOLD_S)
-    finally:
-        target.kube.patch_json("Node", node, None, [{"op": "add", "path": path, "value": "fake"}])
-
-
 def _with(mutate: Callable[[dict[str, Any]], None]) -> Callable[[], dict[str, Any]]:
     def make() -> dict[str, Any]:
         dgd = base_dgd()
@@ -558,10 +516,6 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              in_slice=False),
     # A wait for GPUs another tenant holds, longer than the no-progress bound (step 2 cannot prove it
     # short: the unmodelled term), ends ready once they free: a hold is a sign of a legitimate wait.
-    # The worker's node goes down while it loads: blocked as the platform's fault, no failed attempt.
-    Scenario("node-down-while-loading", Expected("blocked", "step6_readiness", "platform", False),
-             setup=_loading_long, during=_node_down_while_loading, evidence=("node-status",), profiles=("latest",),
-             in_slice=False),
     Scenario("contention-outlasts-no-progress", Expected("ready", "step7_smoke", "ready", False),
              _unmodelled(lambda dgd: None), setup=_every_h200_gpu_held, during=_free_gpus_after_the_bound,
              no_progress_s=CONTENTION_NO_PROGRESS_S, evidence=("ready-status",), in_slice=False),
