@@ -29,14 +29,12 @@ docker:  ## Docker and debootstrap for the kind provider (Debian's packages; a r
 kind-images: venv binaries docker  ## build (first time, minutes) or reuse kind, the node binaries, the kind node image and the Dynamo image
 	$(PY) -m deploy_suite.offline.kind.prepare
 
-# The kind tests run last; their images build in the background meanwhile (fixtures/kind.py).
+# The kind tests run beside the others, as a second session (scripts/run-tests).
 test: venv binaries chromium lint docker  ## lint, then the project's tests (unit, browser, integration, end-to-end, kind; a representative slice of each matrix)
-	@DEPLOY_SUITE_REQUIRE_KIND=1 $(VENV)/bin/pytest tests -m "not matrix" $(PYTEST_ARGS); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	@VENV=$(VENV) scripts/run-tests "not matrix" $(PYTEST_ARGS)
 
 test-all: venv binaries chromium lint docker  ## as `make test`, plus the rest of every matrix (each operator profile x each failure class, every kind case)
-	@DEPLOY_SUITE_REQUIRE_KIND=1 $(VENV)/bin/pytest tests $(PYTEST_ARGS); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	@VENV=$(VENV) scripts/run-tests "" $(PYTEST_ARGS)
 
 test-unit: venv  ## only the fast unit tests (no cluster)
 	$(VENV)/bin/pytest tests/unit -q $(PYTEST_ARGS)
