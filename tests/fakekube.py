@@ -134,6 +134,7 @@ class FakeApi:
     objects: dict[tuple[str, str], dict[tuple[str, str], Obj]] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
     logs: dict[tuple[str, str], str] = field(default_factory=dict)
+    previous_logs: dict[tuple[str, str], str] = field(default_factory=dict)  # `logs --previous`, where it differs
     version: int = 100
     served: list[Resource] = field(default_factory=list)  # kinds discovery answers for
     # Preferred version per group in `GET /apis` (default: the first version served).
@@ -203,7 +204,10 @@ class FakeApi:
                 raise status(404, "NotFound", "the server could not find the requested resource")
             return json.dumps({"kind": "APIResourceList", "resources": served}).encode()
         if method == "GET" and where.sub == "log":
-            return self.logs.get((where.namespace or "", where.name or ""), "").encode()
+            key = (where.namespace or "", where.name or "")
+            if query.get("previous") == "true" and key in self.previous_logs:
+                return self.previous_logs[key].encode()
+            return self.logs.get(key, "").encode()
         if method == "PATCH" and content_type == "application/json-patch+json":
             return json.dumps(self._json_patch(where, body)).encode()
         handler = {"GET": self._get, "PATCH": self._patch, "POST": self._post, "DELETE": self._delete}[method]

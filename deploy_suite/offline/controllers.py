@@ -126,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster-dir", required=True, help="the cluster's state directory")
     parser.add_argument("--no-serving", action="store_true",
                         help="do not start Dynamo frontends/mockers for DGDs (status and children only)")
+    parser.add_argument("--discovery", choices=["kubernetes"], default=None,
+                        help="shape the DGDs' pods for Kubernetes discovery (their RBAC, downward-API env, "
+                             "discovery labels): where the pods are real containers (kind)")
     parser.add_argument("--operator", default=profiles.DEFAULT_PROFILE, choices=sorted(profiles.PROFILES),
                         help="the operator generation the replica plays")
     parser.add_argument("--with", dest="orchestrators", action="append", default=[], choices=profiles.ORCHESTRATORS,
@@ -142,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     # Its own client: the simulator's worker and serving threads must not queue behind watches.
     sim = OperatorSim(Kube(args.context, args.kubeconfig, user_agent="deploy-suite-operator-sim"),
                       Path(args.cluster_dir), log, serve=not args.no_serving, profile=profile,
-                      orchestrators=profiles.orchestrators(args.orchestrators))
+                      orchestrators=profiles.orchestrators(args.orchestrators),
+                      k8s_discovery=args.discovery == "kubernetes")
     loops = [
         ("provisioner/claims", lambda: kube.watch_events("PersistentVolumeClaim", stop), prov.on_claim),
         ("provisioner/volumes", lambda: kube.watch_events("PersistentVolume", stop), prov.on_volume),

@@ -85,12 +85,38 @@ def last_lines(kube: Kube, namespace: str, pod: Obj) -> dict[str, list[str]]:
             continue
         previous = not (cs.get("state") or {}).get("terminated")
         try:
-            log = kube.pod_log(pod["metadata"]["name"], namespace, str(cs.get("name")), tail=LOG_LINES,
-                               previous=previous)
+            log, _ = terminated_log(kube, namespace, pod["metadata"]["name"], cs, previous)
         except KubeError:
             continue
         out[str(cs.get("name"))] = redact(log).splitlines()
     return out
+
+
+def terminated_log(kube: Kube, namespace: str, pod: str, cs: Obj, previous: bool) -> tuple[str, bool]:
+    """The log of the run container status ``cs`` describes, and whether it was read as ``--previous``.
+
+    A real kubelet restarts a crashed container at once: a status read while it showed
+    ``terminated`` may describe what is the previous run by the time its log is read
+    (docs/offline-cluster.md, "Differences found"). So after reading the current log, the container
+    that status named is looked up again; when it is no longer the current one, its log is the
+    ``--previous`` one."""
+    container = str(cs.get("name"))
+    log = kube.pod_log(pod, namespace, container, tail=LOG_LINES, previous=previous)
+    ended = str(((cs.get("state") or {}).get("terminated") or {}).get("containerID") or "")
+    if previous or not ended:
+        return log, previous
+    try:
+        fresh = kube.get("Pod", pod, namespace)
+    except KubeError:
+        return log, False
+    now: Obj = next((c for c in (fresh.get("status") or {}).get("containerStatuses") or []
+                     if c.get("name") == container), {})
+    if str(((now.get("state") or {}).get("terminated") or {}).get("containerID") or "") == ended:
+        return log, False  # still the current run after the read: the log read was its own
+    try:
+        return kube.pod_log(pod, namespace, container, tail=LOG_LINES, previous=True), True
+    except KubeError:
+        return log, False
 
 
 def last_line(kube: Kube, namespace: str, pod: str, container: str) -> str | None:
@@ -159,7 +185,7 @@ def _container(kube: Kube, namespace: str, pod: Obj, cs: Obj, state: str, text: 
     restarts = int(cs.get("restartCount") or 0)
     item = ContainerEvidence(name, container, state, restarts, triage.last_terminated(cs), previous=restarts > 0)
     try:
-        log = kube.pod_log(name, namespace, container, tail=LOG_LINES, previous=item.previous)
+        log, item.previous = terminated_log(kube, namespace, name, cs, item.previous)
     except KubeError as exc:  # a container that never started has no log: say so, keep going
         log = ""
         errors.append(f"logs of {name}/{container}{' --previous' if item.previous else ''}: {exc}")

@@ -1,8 +1,9 @@
-"""Dynamo in a real container on kind: the image built here (``dynamo_image.py``), served to a
-node under the name a DGD uses, runs ``dynamo.frontend`` + ``dynamo.mocker`` (file discovery inside
-the pod, as the kwok runtime runs them on this machine), and answers the OpenAI smoke requests
-through the real kubelet's port-forward. The DGD path (operator replica -> Deployment -> these
-pods) is not wired yet (docs/offline-cluster.md, "Not done yet")."""
+"""Dynamo in a real container on kind: the image built here (``dynamo_image.py``), pulled by the
+node from the cluster's registry under the name a DGD uses (nothing loaded by hand), runs
+``dynamo.frontend`` + ``dynamo.mocker`` (file discovery inside the pod, as the kwok runtime runs
+them on this machine), and answers the OpenAI smoke requests through the real kubelet's
+port-forward. The DGD path (operator replica -> Deployment -> pods finding each other through
+Kubernetes discovery) is tests/kind/test_kind_harness.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 from deploy_suite import clock
 from deploy_suite.access.kube import Kube
 from deploy_suite.offline.dynamo_runtime import _BROKER_SCRIPT
-from deploy_suite.offline.kind import dynamo_image
 from deploy_suite.offline.kind.config import POOL_NODE_LABEL
 from deploy_suite.offline.kind.provider import KindProvider
 from tests.kind.test_kind_cluster import wait_pod
@@ -38,10 +38,8 @@ exec python3 -m dynamo.frontend --http-host 0.0.0.0 --http-port 8000 --router-mo
 
 def test_a_dynamo_frontend_and_mocker_serve_a_chat_completion_from_a_real_container(
         kind_cluster_offline: KindProvider, kind_kube: Kube, kind_namespace: str) -> None:
-    image = dynamo_image.ensure_dynamo_image()
     items, _ = kind_kube.list_items("Node", label_selector=f"{POOL_NODE_LABEL}=cpu-0")
     node = items[0]["metadata"]["name"]
-    kind_cluster_offline.load_image(image.ref, [IMAGE_NAME], nodes=[node])
     kind_kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dynamo"},
                       "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1, "containers": [{
                           "name": "main", "image": IMAGE_NAME, "imagePullPolicy": "IfNotPresent",

@@ -9,6 +9,7 @@ import pytest
 
 from deploy_suite.access.kube import Kube
 from deploy_suite.judges import triage
+from deploy_suite.vocab import TriageCategory
 from tests.kind.test_kind_cluster import _pod, wait_pod
 
 pytestmark = pytest.mark.kind
@@ -21,7 +22,7 @@ def test_an_argument_the_engine_refuses_is_a_crash_loop_with_the_containers_own_
     kind_kube.create(_pod("refused", f"echo '{REFUSED}' >&2; exit 2"), kind_namespace)
     pod = wait_pod(kind_kube, kind_namespace, "refused", f"restarts>={triage.CRASH_LOOP_RESTARTS}")
     verdict = triage.triage_containers(pod)
-    assert verdict is not None and verdict.category == triage.CRASH and verdict.action == "failed-attempt"
+    assert verdict is not None and verdict.category == TriageCategory.CRASH and verdict.action == "failed-attempt"
     assert "exit code 2" in verdict.diagnosis or "exit 2" in verdict.diagnosis
     assert REFUSED in kind_kube.pod_log("refused", kind_namespace, previous=True)
 
@@ -35,7 +36,7 @@ def test_a_missing_secret_key_is_create_container_config_error_a_dependency(
     kind_kube.create(_pod("nokey", "sleep 3600", env=env), kind_namespace)
     pod = wait_pod(kind_kube, kind_namespace, "nokey", "CreateContainerConfigError")
     verdict = triage.triage_containers(pod)
-    assert verdict is not None and verdict.category == triage.DEPENDENCY
+    assert verdict is not None and verdict.category == TriageCategory.DEPENDENCY
     assert "HF_TOKEN" in verdict.diagnosis  # the kubelet names the missing key
 
 
@@ -47,7 +48,7 @@ def test_a_container_over_its_memory_limit_is_oom_killed_and_named_in_the_crash_
     last = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]
     assert last["reason"] == "OOMKilled" and last["exitCode"] == 137
     verdict = triage.triage_containers(pod)
-    assert verdict is not None and verdict.category == triage.CRASH and "OOMKilled" in verdict.diagnosis
+    assert verdict is not None and verdict.category == TriageCategory.CRASH and "OOMKilled" in verdict.diagnosis
 
 
 @pytest.mark.matrix
@@ -72,4 +73,4 @@ def test_an_image_nothing_serves_is_err_image_pull_not_found_a_failed_attempt(
     message = pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
     assert "not found" in message  # containerd's words for the registry's 404 (registry.py)
     verdict = triage.triage_containers(pod)
-    assert verdict is not None and verdict.category == triage.CRASH and verdict.action == "failed-attempt"
+    assert verdict is not None and verdict.category == TriageCategory.CRASH and verdict.action == "failed-attempt"

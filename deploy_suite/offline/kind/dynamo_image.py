@@ -8,8 +8,11 @@ same verified dependency list, the ``aisimulate`` stub left out) and the same ti
 at ``/opt/dynamo/tokenizer``, since the hub is never reachable. ``python3`` on the image's PATH is
 the environment's. Cached in Docker under a tag carrying the hash of its inputs.
 
-Not yet done (docs/offline-cluster.md, "Not done yet"): serving it to the nodes under the DGDs'
-image names, and the ``python3 -m dynamo.vllm|sglang|trtllm`` entry points that run the mocker.
+On top of that base, a thin layer (``dynamo_files/``) replaces the ``__main__`` of ``dynamo.vllm``,
+``dynamo.sglang``, ``dynamo.trtllm`` and ``dynamo.mocker``: the engines' arguments are parsed as
+ai-dynamo parses them and ``dynamo.mocker`` serves the model (docs/offline-cluster.md, "Engines in
+the Dynamo image"). The image's entrypoint runs its arguments, as the runtime images' does, so a
+container that gives only ``args`` works.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from deploy_suite.offline.kind import docker, nodeimage
 
 REPO = "deploy-suite/dynamo"
 BUILD_CA = "/tmp/build-ca.crt"
+ENGINE_FILES = Path(__file__).with_name("dynamo_files")
+ENGINES = ("vllm", "sglang", "trtllm", "mocker")
+SITE = "/opt/dynamo/lib/python3.11/site-packages"
 Log = Callable[[str], None]
 
 
@@ -67,8 +73,52 @@ def _trust_store() -> Path:
     return Path("/etc/ssl/certs/ca-certificates.crt")
 
 
+def engines_key() -> str:
+    return nodeimage._digest(*(p.read_bytes() for p in sorted(ENGINE_FILES.iterdir()) if p.suffix in (".py", ".json")))
+
+
+def _engine_steps() -> list[tuple[str, str]]:
+    mains = " && ".join(f"printf 'from dynamo_offline_engines import main\\n\\nmain(\"{e}\")\\n' "
+                        f"> {SITE}/dynamo/{e}/__main__.py" for e in ENGINES)
+    # The runtime images' entrypoint runs its arguments: a container with `args` and no `command` works.
+    entry = ("printf '#!/bin/sh\\nexec \"$@\"\\n' > /usr/local/bin/dynamo-entrypoint && "
+             "chmod +x /usr/local/bin/dynamo-entrypoint")
+    refused = ("out=$(cd /tmp && /opt/dynamo/bin/python -m dynamo.vllm --model m --no-such-flag 2>&1 || true) && "
+               "grep -q 'unrecognized arguments: --no-such-flag' <<< \"$out\"")
+    return [("engine entry points", f"{mains} && {entry} && mkdir -p /workspace"),
+            ("check", f"{refused} && /opt/dynamo/bin/python -m dynamo.sglang --help >/dev/null")]
+
+
 def ensure_dynamo_image(version: str = dynamo_env.DEFAULT_VERSION, log: Log = print) -> DynamoImage:
-    """The Dynamo image for ``version``, built now (minutes: Debian's and PyPI's packages) if missing."""
+    """The Dynamo image for ``version`` with the engines' entry points (``dynamo_files/``), built now
+    if missing: minutes for the base (Debian's and PyPI's packages), seconds for the entry points."""
+    base = _ensure_base(version, log)
+    ref = f"{base.ref}-e{engines_key()}"
+    if docker.image_exists(ref):
+        return DynamoImage(ref, 0.0, docker.image_size(ref) >> 20)
+    with procs.file_lock(nodeimage.cache_dir() / ".dynamo-image.lock",
+                         waiting=lambda: log("waiting for another Dynamo image build")):
+        if docker.image_exists(ref):
+            return DynamoImage(ref, 0.0, docker.image_size(ref) >> 20)
+        started = clock.monotonic()
+        name = "deploy-suite-build-dynamo-engines"
+        container = docker.start_build_container(base.ref, name)
+        try:
+            docker.copy_in(container, ENGINE_FILES / "dynamo_offline_engines.py", f"{SITE}/dynamo_offline_engines.py")
+            docker.copy_in(container, ENGINE_FILES / "engine_flags.json", f"{SITE}/dynamo_offline_engine_flags.json")
+            for step, script in _engine_steps():
+                log(f"dynamo image: {step} ... [{clock.monotonic() - started:.0f}s]")
+                docker.exec_in(container, "bash", "-euo", "pipefail", "-c", script)
+            docker.commit(container, ref, ['ENTRYPOINT ["/usr/local/bin/dynamo-entrypoint"]', 'CMD ["/bin/bash"]'])
+        finally:
+            docker.remove_container(name)
+        seconds = base.built_seconds + clock.monotonic() - started
+        log(f"dynamo image {ref} built in {clock.monotonic() - started:.0f}s on {base.ref}")
+        return DynamoImage(ref, seconds, docker.image_size(ref) >> 20)
+
+
+def _ensure_base(version: str, log: Log) -> DynamoImage:
+    """Debian's Python, the ai-dynamo wheel and the tokenizer (the engines' layer goes on top)."""
     if version not in dynamo_env._DEPENDENCIES:
         raise ClusterError(f"ai-dynamo {version} has no verified dependency list; fix: use "
                            f"{dynamo_env.DEFAULT_VERSION} or add it to deploy_suite/offline/dynamo_env.py")

@@ -49,7 +49,7 @@ from deploy_suite.offline.cluster import (
     wait_established,
 )
 from deploy_suite.offline.errors import ClusterError
-from deploy_suite.offline.kind import config, docker, nodeimage, registry, tools
+from deploy_suite.offline.kind import config, docker, dynamo_image, nodeimage, registry, tools
 from deploy_suite.offline.operator_sim import profiles
 
 PROVIDER = "kind"
@@ -340,6 +340,8 @@ class KindProvider:
         crds = profiles.shape_crds(profiles.get(self.operator), yamlio.load_all(MANIFESTS / "crds.yaml"))
         for orchestrator in self.orchestrators:
             crds += yamlio.load_all(MANIFESTS / f"{orchestrator}-crds.yaml")
+        # The platform's discovery CRD: the pods here are real Dynamo runtimes (operator_sim/discovery.py).
+        crds += yamlio.load_all(MANIFESTS / "discovery-crd.yaml")
         for crd in crds:
             kube.apply(crd)
         wait_established(kube, [c["metadata"]["name"] for c in crds], timeout)
@@ -383,19 +385,30 @@ class KindProvider:
         if not port:
             return
         address = f"{gateway}:{port}"
-        self._spawn(REGISTRY, [sys.executable, "-m", "deploy_suite.offline.kind.registry", "--listen", address,
-                               "--state", str(self.dir)])
+        if REGISTRY not in self._pids():
+            self._spawn(REGISTRY, [sys.executable, "-m", "deploy_suite.offline.kind.registry", "--listen", address,
+                                   "--state", str(self.dir), "--image", str(self._dynamo_export())])
         hosts = registry.hosts_toml(address).encode()
         for node in self.node_containers():
             for name in registry.REGISTRIES:
                 docker.exec_in(node, "sh", "-c", f"mkdir -p /etc/containerd/certs.d/{name} && "
                                f"cat > /etc/containerd/certs.d/{name}/hosts.toml", input_bytes=hosts)
 
+    def _dynamo_export(self) -> Path:
+        """The Dynamo image, saved for the registry to serve under the names DGDs use (built and
+        saved once per machine; docs/offline-cluster.md, "Every image a DGD names is served")."""
+        image = dynamo_image.ensure_dynamo_image(log=self.log)
+        with procs.file_lock(nodeimage.cache_dir() / ".dynamo-image.lock",
+                             waiting=lambda: self.log("waiting for another Dynamo image build")):
+            return registry.export(image.ref, str(docker.inspect(image.ref)["Id"]), nodeimage.cache_dir() / "registry",
+                                   docker.docker_binary())
+
     def _ensure_controllers(self) -> None:
         port = int((self._marker() or {}).get("webhook_port") or 0)
         self._spawn(CONTROLLERS, [
             sys.executable, "-m", "deploy_suite.offline.controllers", "--kubeconfig", str(self.kubeconfig),
             "--context", self.context, "--cluster-dir", str(self.dir), "--operator", self.operator, "--no-serving",
+            "--discovery", "kubernetes",
             *[a for o in self.orchestrators for a in ("--with", o)],
             "--webhook-port", str(port), "--webhook-dir", str(self.dir / "webhook")])
 

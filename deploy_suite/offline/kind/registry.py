@@ -1,26 +1,50 @@
 """The registry the kind nodes pull from instead of the real ones (no registry is reachable here).
 
-A read-only OCI distribution endpoint on the gateway of the cluster's own Docker network: it
-serves no image yet, so every pull of a name the nodes do not already hold is answered the way a
-registry answers a tag that does not exist (404 ``MANIFEST_UNKNOWN``), and the kubelet reports
-``ErrImagePull`` with containerd's ``not found``, as on a real cluster. Without it containerd
-would try the real registry's host and fail on the network (``dial tcp: lookup ...``), which the
-harness rightly retries instead of judging.
+A read-only OCI distribution endpoint on the gateway of the cluster's own Docker network. It serves
+one image, the Dynamo image built here (``dynamo_image.py``), under every name a DGD gives NVIDIA's
+Dynamo images: ``nvcr.io/nvidia/ai-dynamo/<vllm|sglang|tensorrtllm>-runtime``, ``dynamo-frontend``
+and ``dynamo-planner`` with a released version's tag (``RELEASED``; ``X.Y.Z`` or a ``.postN``/
+``-postN`` of it). Every other name is answered the way a registry answers a tag that does not
+exist (404 ``MANIFEST_UNKNOWN``), so the kubelet reports ``ErrImagePull`` with containerd's
+``not found``, as on a real cluster. Without it containerd would try the real registry's host and
+fail on the network (``dial tcp: lookup ...``), which the harness rightly retries instead of judging.
 
-Each node's containerd is pointed at it for the registries DGDs name (``hosts_toml``; the file's
-``server`` is this registry, so containerd does not fall back to the real host).
+The image is served from a ``docker save`` of it, extracted once per image id under the cache
+(``export``): an OCI manifest whose layers are the saved, uncompressed layer tars, so the nodes
+pull it as they pull any image, on demand. Each node's containerd is pointed at this registry for
+the registries DGDs name (``hosts_toml``; the file's ``server`` is this registry, so containerd
+does not fall back to the real host).
 
-Run as ``python -m deploy_suite.offline.kind.registry --listen HOST:PORT --state DIR``.
+Run as ``python -m deploy_suite.offline.kind.registry --listen HOST:PORT --state DIR [--image DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import re
+import shutil
+import subprocess
 import sys
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+from urllib.parse import parse_qs, urlsplit
 
 REGISTRIES = ("nvcr.io", "docker.io", "ghcr.io", "quay.io", "public.ecr.aws", "registry.k8s.io")
+DYNAMO_REPOS = ("nvidia/ai-dynamo/vllm-runtime", "nvidia/ai-dynamo/sglang-runtime",
+                "nvidia/ai-dynamo/tensorrtllm-runtime", "nvidia/ai-dynamo/dynamo-frontend",
+                "nvidia/ai-dynamo/dynamo-planner")
+# ai-dynamo's released versions (PyPI's `pip index versions ai-dynamo`, read 2026-12-02); an image
+# tag names the release without the wheel's `.postN` (1.3.0 for the wheel 1.3.0.post1).
+RELEASED = frozenset({
+    "1.6.1", "1.6.0", "1.5.1", "1.5.0", "1.4.2", "1.4.1", "1.4.0", "1.3.1", "1.3.0", "1.2.1", "1.2.0", "1.1.1",
+    "1.1.0", "1.0.2", "1.0.1", "1.0.0", "0.9.1", "0.9.0", "0.8.1", "0.8.0", "0.7.1", "0.7.0", "0.6.1", "0.6.0",
+    "0.5.1", "0.5.0", "0.4.1", "0.4.0", "0.3.2", "0.3.1", "0.3.0", "0.2.1", "0.2.0", "0.1.1", "0.1.0"})
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+_TAG = re.compile(r"^(\d+\.\d+\.\d+)(?:[.-]post\d+)?$")
 
 
 def hosts_toml(address: str) -> str:
@@ -28,8 +52,70 @@ def hosts_toml(address: str) -> str:
     return f'server = "http://{address}"\n\n[host."http://{address}"]\n  capabilities = ["pull", "resolve"]\n'
 
 
+def served_name(upstream: str, name: str, tag: str) -> bool:
+    """Whether ``upstream/name:tag`` is one of the Dynamo images a DGD names, at a released version
+    (containerd names the upstream in ``?ns=`` when it asks a host other than the image's own)."""
+    found = _TAG.match(tag)
+    return upstream in ("nvcr.io", "") and name in DYNAMO_REPOS and found is not None and found.group(1) in RELEASED
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def export(ref: str, image_id: str, root: Path, docker: str = "docker") -> Path:
+    """``docker save ref`` extracted under ``root/<image id>`` with ``oci-manifest.json`` (its
+    layers' and config's digests), once per image id; the caller holds the build lock."""
+    dest = root / image_id.removeprefix("sha256:")[:16]
+    if (dest / "oci-manifest.json").is_file():
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    save = subprocess.Popen([docker, "save", ref], stdout=subprocess.PIPE)
+    done = subprocess.run(["tar", "-x", "-C", str(dest)], stdin=save.stdout, check=False, capture_output=True)
+    if save.stdout is not None:
+        save.stdout.close()
+    if save.wait() != 0 or done.returncode != 0:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise OSError(f"docker save {ref} into {dest} failed: {done.stderr.decode(errors='replace')[-500:]}")
+    describe(dest)
+    return dest
+
+
+def describe(dest: Path) -> None:
+    """Write ``oci-manifest.json`` and ``blobs.json`` for a ``docker save`` extracted in ``dest``."""
+    saved = json.loads((dest / "manifest.json").read_text())[0]
+    config = dest / saved["Config"]
+    layers = [dest / layer for layer in saved["Layers"]]
+    blobs = {_sha256(p): str(p.relative_to(dest)) for p in [config, *layers]}
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": _sha256(config),
+                           "size": config.stat().st_size},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": _sha256(p),
+                            "size": p.stat().st_size} for p in layers]}
+    (dest / "blobs.json").write_text(json.dumps(blobs))
+    (dest / "oci-manifest.json").write_text(json.dumps(manifest, separators=(",", ":")))
+
+
+@dataclass(frozen=True)
+class Served:
+    """One exported image: its manifest bytes and digest, and its blobs by digest."""
+
+    manifest: bytes
+    digest: str
+    blobs: dict[str, Path]
+
+    @classmethod
+    def load(cls, root: Path) -> Served:
+        manifest = (root / "oci-manifest.json").read_bytes()
+        blobs = {d: root / p for d, p in json.loads((root / "blobs.json").read_text()).items()}
+        return cls(manifest, "sha256:" + hashlib.sha256(manifest).hexdigest(), blobs)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "deploy-suite-registry/1"
+    image: ClassVar[Served | None] = None
 
     def _answer(self, status: int, body: dict[str, object]) -> None:
         data = json.dumps(body).encode()
@@ -41,14 +127,45 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
+    def _unknown(self, name: str, ref: str, code: str) -> None:
+        self._answer(404, {"errors": [{"code": code, "message": "manifest unknown" if ref else "blob unknown",
+                                       "detail": {"name": name, "tag": ref}}]})
+
+    def _send(self, media_type: str, size: int, digest: str, body: Path | bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", media_type)
+        self.send_header("Docker-Content-Digest", digest)
+        self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        if isinstance(body, bytes):
+            self.wfile.write(body)
+            return
+        with body.open("rb") as f:
+            shutil.copyfileobj(f, self.wfile, 1 << 20)
+
     def do_GET(self) -> None:
-        if self.path.rstrip("/") == "/v2":
+        url = urlsplit(self.path)
+        upstream = (parse_qs(url.query).get("ns") or [""])[0]
+        if url.path.rstrip("/") == "/v2":
             self._answer(200, {})
             return
-        name, _, ref = self.path.removeprefix("/v2/").partition("/manifests/")
-        code = "MANIFEST_UNKNOWN" if ref else "NAME_UNKNOWN"
-        self._answer(404, {"errors": [{"code": code, "message": "manifest unknown",
-                                       "detail": {"name": name, "tag": ref.split("?")[0]}}]})
+        name, _, ref = url.path.removeprefix("/v2/").partition("/manifests/")
+        image = type(self).image
+        if ref:
+            if image is not None and (ref == image.digest or served_name(upstream, name, ref)):
+                self._send(OCI_MANIFEST, len(image.manifest), image.digest, image.manifest)
+                return
+            self._unknown(name, ref, "MANIFEST_UNKNOWN")
+            return
+        name, _, digest = url.path.removeprefix("/v2/").partition("/blobs/")
+        blob = image.blobs.get(digest) if image is not None and digest else None
+        if blob is None:
+            self._unknown(name, "", "BLOB_UNKNOWN" if digest else "NAME_UNKNOWN")
+            return
+        self._send("application/octet-stream", blob.stat().st_size, digest, blob)
 
     do_HEAD = do_GET
 
@@ -60,10 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="deploy_suite.offline.kind.registry")
     parser.add_argument("--listen", required=True, help="HOST:PORT (the cluster network's gateway)")
     parser.add_argument("--state", default="", help="the cluster directory (names the owner in the command line)")
+    parser.add_argument("--image", default="", help="an exported Dynamo image (export()) served under DYNAMO_REPOS")
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
+    _Handler.image = Served.load(Path(args.image)) if args.image else None
     server = ThreadingHTTPServer((host, int(port)), _Handler)
-    print(f"registry on http://{args.listen} (no images: every pull is not found)", flush=True)
+    what = f"the Dynamo image {args.image} as {', '.join(DYNAMO_REPOS)}" if args.image else "no image"
+    print(f"registry on http://{args.listen}: {what}; every other pull is not found", flush=True)
     server.serve_forever()
     return 0
 

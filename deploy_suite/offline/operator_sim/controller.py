@@ -26,7 +26,7 @@ from deploy_suite.errors import Invalid, KubeError, NotFound
 from deploy_suite.model.dgd import Component
 from deploy_suite.offline import dynamo_env
 from deploy_suite.offline.errors import ReconcileError
-from deploy_suite.offline.operator_sim import components, faultswitch, grove, multinode, profiles
+from deploy_suite.offline.operator_sim import components, discovery, faultswitch, grove, multinode, profiles
 from deploy_suite.offline.operator_sim.plan import (
     Plan,
     build_plan,
@@ -83,8 +83,10 @@ class WorkQueue:
 class OperatorSim:
     def __init__(self, kube: Kube, cluster_dir: Path, log: Log, serve: bool = True,
                  dynamo_version: str = dynamo_env.DEFAULT_VERSION,
-                 profile: profiles.Profile | None = None, orchestrators: tuple[str, ...] = ()) -> None:
+                 profile: profiles.Profile | None = None, orchestrators: tuple[str, ...] = (),
+                 k8s_discovery: bool = False) -> None:
         self.kube = kube
+        self.k8s_discovery = k8s_discovery  # pods that run Dynamo find each other (discovery.py)
         self.profile = profile or profiles.get(profiles.DEFAULT_PROFILE)
         self.orchestrators = orchestrators
         self.dgd = self.profile.dgd
@@ -356,6 +358,8 @@ class OperatorSim:
         selector = f"{LABEL_DGD_NAME}={plan.name}"
         if self._applied.get(plan.key) != stamp:
             children = self._children(obj, plan, names)
+            if self.k8s_discovery:
+                children = discovery.shape(children, plan, owner_reference(obj))
             if fault is not None and fault.kind == "invalid-template":
                 children = [faultswitch.invalid_template(c) if c["kind"] == "Deployment" else c for c in children]
             for child in children:
