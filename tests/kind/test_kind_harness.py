@@ -84,9 +84,9 @@ def test_the_recipe_with_an_argument_vllm_refuses_ends_failed_with_the_container
     assert attempt["category"] == "crash", attempt
     found = data["readiness"]["failure_evidence"]
     excerpts = "\n".join(c["log_excerpt"] for c in found["containers"])
-    # The container's own last lines, from the real kubelet's `logs --previous`.
+    # The container's own last lines: the crashed run's log, current or `--previous` by then (the
+    # real kubelet restarts it at once; procedure/evidence.py reads whichever holds that run).
     assert "error: unrecognized arguments: --max-num-seqz 8" in excerpts, found
-    assert any(c["previous"] for c in found["containers"]), found
     text = (run.deploy_root / "logs" / "readiness-llama3-70b-agg.log").read_text(encoding="utf-8")
     assert "error: unrecognized arguments: --max-num-seqz 8" in text
 

@@ -37,8 +37,8 @@ REGISTRIES = ("nvcr.io", "docker.io", "ghcr.io", "quay.io", "public.ecr.aws", "r
 DYNAMO_REPOS = ("nvidia/ai-dynamo/vllm-runtime", "nvidia/ai-dynamo/sglang-runtime",
                 "nvidia/ai-dynamo/tensorrtllm-runtime", "nvidia/ai-dynamo/dynamo-frontend",
                 "nvidia/ai-dynamo/dynamo-planner")
-# ai-dynamo's released versions (PyPI's `pip index versions ai-dynamo`, read 2026-12-02); an image
-# tag names the release without the wheel's `.postN` (1.3.0 for the wheel 1.3.0.post1).
+# ai-dynamo's released versions (docs/offline-cluster.md, "Every image a DGD names is served"); an
+# image tag names the release without the wheel's `.postN` (1.3.0 for the wheel 1.3.0.post1).
 RELEASED = frozenset({
     "1.6.1", "1.6.0", "1.5.1", "1.5.0", "1.4.2", "1.4.1", "1.4.0", "1.3.1", "1.3.0", "1.2.1", "1.2.0", "1.1.1",
     "1.1.0", "1.0.2", "1.0.1", "1.0.0", "0.9.1", "0.9.0", "0.8.1", "0.8.0", "0.7.1", "0.7.0", "0.6.1", "0.6.0",

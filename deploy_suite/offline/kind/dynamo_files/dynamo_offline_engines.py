@@ -109,7 +109,8 @@ def _dynamo_parser(description: str, *groups: Any) -> argparse.ArgumentParser:
 
 
 def _split(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """Dynamo's own arguments, then the router's, as dynamo/<engine>/args.py splits them."""
+    """Dynamo's own arguments, then the router's, split as ai-dynamo splits them (docs/offline-cluster.md,
+    "Engines in the Dynamo image")."""
     from dynamo.common.configuration.groups.router_args import parse_worker_router_config
 
     dynamo_args, unknown = parser.parse_known_args(argv)
@@ -123,7 +124,7 @@ def parse_vllm(argv: list[str]) -> tuple[argparse.Namespace, str | None, str | N
     dynamo_args, unknown = _split(_dynamo_parser("Dynamo vLLM worker configuration", DynamoVllmArgGroup()), argv)
     engine = engine_parser(_table("vllm")["flags"]).parse_args(normalise_vllm(unknown))
     served = value(engine, "--served-model-name")
-    model = value(engine, "--model") or "Qwen/Qwen3-0.6B"  # dynamo/vllm/args.py's DEFAULT_MODEL
+    model = value(engine, "--model") or "Qwen/Qwen3-0.6B"  # ai-dynamo's default for dynamo.vllm
     return dynamo_args, model, served[0] if isinstance(served, list) and served else served
 
 
