@@ -14,7 +14,6 @@ check of a recipe run unedited.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ import pytest
 from deploy_suite.offline.kind import docker
 from deploy_suite.offline.kind.provider import KindProvider
 from tests.support import outcomes
-from tests.support.targets import Target, admin_target
+from tests.support.targets import Target
 
 pytestmark = pytest.mark.kind
 
@@ -34,13 +33,6 @@ WORKER = "llama3-70b-agg-prefill"
 TIMEOUTS = {"readiness_no_progress_s": 300.0, "readiness_s": 900.0}
 
 
-@pytest.fixture
-def target(kind_cluster_offline: KindProvider, tmp_path: Path) -> Iterator[Target]:
-    with admin_target(kind_cluster_offline, tmp_path, "kh", Target) as t:  # type: ignore[arg-type]
-        t.kube.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "model-cache"},
-                       "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}},
-                      t.namespace)
-        yield t
 
 
 def _crictl_names(cluster: KindProvider, node: str) -> str:

@@ -7,8 +7,6 @@ charging no failed attempt; once the node is started again, a rerun of the same 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +18,7 @@ from deploy_suite.offline.kind.provider import KindProvider
 from tests.kind.test_kind_harness import RECIPE, TIMEOUTS
 from tests.kind.test_kind_node_faults import _wait_ready
 from tests.support import outcomes
-from tests.support.targets import Target, admin_target
+from tests.support.targets import Target
 
 pytestmark = [pytest.mark.kind, pytest.mark.matrix]
 
@@ -28,13 +26,6 @@ LOADING_S = 150  # the worker "loads" this long before its engine starts: step 6
 WORKER_PODS = "nvidia.com/dynamo-component=prefill"
 
 
-@pytest.fixture
-def target(kind_cluster_offline: KindProvider, tmp_path: Path) -> Iterator[Target]:
-    with admin_target(kind_cluster_offline, tmp_path, "kn", Target) as t:  # type: ignore[arg-type]
-        t.kube.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "model-cache"},
-                       "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}},
-                      t.namespace)
-        yield t
 
 
 def _running(objs: dict[str, Obj]) -> tuple[bool, str]:

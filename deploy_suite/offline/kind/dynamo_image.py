@@ -94,13 +94,8 @@ def ensure_dynamo_image(version: str = dynamo_env.DEFAULT_VERSION, log: Log = pr
     if missing: minutes for the base (Debian's and PyPI's packages), seconds for the entry points."""
     base = _ensure_base(version, log)
     ref = f"{base.ref}-e{engines_key()}"
-    if docker.image_exists(ref):
-        return DynamoImage(ref, 0.0, docker.image_size(ref) >> 20)
-    with procs.file_lock(nodeimage.cache_dir() / ".dynamo-image.lock",
-                         waiting=lambda: log("waiting for another Dynamo image build")):
-        if docker.image_exists(ref):
-            return DynamoImage(ref, 0.0, docker.image_size(ref) >> 20)
-        started = clock.monotonic()
+
+    def build(started: float) -> None:
         name = "deploy-suite-build-dynamo-engines"
         container = docker.start_build_container(base.ref, name)
         try:
@@ -112,9 +107,25 @@ def ensure_dynamo_image(version: str = dynamo_env.DEFAULT_VERSION, log: Log = pr
             docker.commit(container, ref, ['ENTRYPOINT ["/usr/local/bin/dynamo-entrypoint"]', 'CMD ["/bin/bash"]'])
         finally:
             docker.remove_container(name)
-        seconds = base.built_seconds + clock.monotonic() - started
-        log(f"dynamo image {ref} built in {clock.monotonic() - started:.0f}s on {base.ref}")
-        return DynamoImage(ref, seconds, docker.image_size(ref) >> 20)
+
+    image = _cached(ref, log, build)
+    return DynamoImage(image.ref, base.built_seconds + image.built_seconds, image.size_mib)
+
+
+def _cached(ref: str, log: Log, build: Callable[[float], None]) -> DynamoImage:
+    """``ref`` from Docker, or made now by ``build(started)`` under the Dynamo images' lock."""
+    if docker.image_exists(ref):
+        return DynamoImage(ref, 0.0, docker.image_size(ref) >> 20)
+    with procs.file_lock(nodeimage.cache_dir() / ".dynamo-image.lock",
+                         waiting=lambda: log("waiting for another Dynamo image build")):
+        if docker.image_exists(ref):
+            return DynamoImage(ref, 0.0, docker.image_size(ref) >> 20)
+        started = clock.monotonic()
+        build(started)
+        seconds = clock.monotonic() - started
+        size = docker.image_size(ref) >> 20
+        log(f"dynamo image {ref} built in {seconds:.0f}s ({size} MiB)")
+        return DynamoImage(ref, seconds, size)
 
 
 def _ensure_base(version: str, log: Log) -> DynamoImage:
@@ -124,13 +135,8 @@ def _ensure_base(version: str, log: Log) -> DynamoImage:
                            f"{dynamo_env.DEFAULT_VERSION} or add it to deploy_suite/offline/dynamo_env.py")
     base = nodeimage.base_image(log)
     ref = f"{REPO}:{version}-{image_key(version, base)}"
-    if docker.image_exists(ref):
-        return DynamoImage(ref, 0.0, docker.image_size(ref) >> 20)
-    with procs.file_lock(nodeimage.cache_dir() / ".dynamo-image.lock",
-                         waiting=lambda: log("waiting for another Dynamo image build")):
-        if docker.image_exists(ref):
-            return DynamoImage(ref, 0.0, docker.image_size(ref) >> 20)
-        started = clock.monotonic()
+
+    def build(started: float) -> None:
         name = "deploy-suite-build-dynamo"
         container = docker.start_build_container(base, name)
         try:
@@ -144,7 +150,5 @@ def _ensure_base(version: str, log: Log) -> DynamoImage:
                                            *(f"ENV {k}={v}" for k, v in dynamo_env.OFFLINE_ENV.items())])
         finally:
             docker.remove_container(name)
-        seconds = clock.monotonic() - started
-        size = docker.image_size(ref) >> 20
-        log(f"dynamo image {ref} built in {seconds:.0f}s ({size} MiB)")
-        return DynamoImage(ref, seconds, size)
+
+    return _cached(ref, log, build)
