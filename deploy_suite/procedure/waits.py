@@ -405,6 +405,8 @@ class DgdReady:
                 except Forbidden:  # the deployer may not read nodes: the pods' own words must do
                     self.read_node = None
                     return
+                except KubeError:  # no answer this time (an API server restarting): read at the next look
+                    continue
                 self._nodes[node_name] = (now, node)
             verdict = triage.node_lost(pod, node)
             if verdict is None:

@@ -365,3 +365,13 @@ def test_a_deployer_that_may_not_read_nodes_waits_on_the_pods_own_words(fake, tm
     api.fail("GET", "/api/v1/nodes/h200-0", fakekube.forbidden("get", "nodes"), times=1000)
     ticking(api, kube, lambda t: ([FRONTEND, running(ready=t >= 60)], t >= 60))
     assert wait_ready(kube, tmp_path, readiness_no_progress_s=600, readiness_s=3600).state == "ready"
+
+
+def test_a_node_read_that_gets_no_answer_is_tried_again_and_never_stops_the_wait(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.put(KNOWN["Node"], node())
+    api.fail("GET", "/api/v1/nodes/h200-0", fakekube.status(503, "ServiceUnavailable", "apiserver restarting"),
+             times=3)
+    ticking(api, kube, lambda t: ([FRONTEND, running(ready=t >= 60)], t >= 60))
+    assert wait_ready(kube, tmp_path, readiness_no_progress_s=600, readiness_s=3600).state == "ready"
+    assert len([r for r in api.of("GET") if r.path.endswith("/nodes/h200-0")]) >= 4  # tried again after each
