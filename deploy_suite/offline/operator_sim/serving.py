@@ -19,7 +19,7 @@ from pathlib import Path
 from deploy_suite import clock
 from deploy_suite.access.kube import Kube
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME
-from deploy_suite.errors import SuiteError
+from deploy_suite.errors import SuiteError, Unavailable
 from deploy_suite.model.dgd import MAIN_CONTAINER
 from deploy_suite.offline import dynamo_env, dynamo_runtime
 from deploy_suite.offline.faults import SERVING_FAULTS_CONFIGMAP, cri_log, logs_object, port_forward_object
@@ -214,6 +214,13 @@ class Servings:
                 return
             st.serving = serving
             st.state = "ready"
+        except Unavailable as exc:  # the API server restarting: not this DGD's failure, start it again
+            self.log(f"operator-sim: serving {plan.key} could not start yet ({type(exc).__name__}: {exc}); "
+                     "starting again")
+            with self._lock:
+                if self._states.get(plan.key) is st:
+                    del self._states[plan.key]
+            clock.sleep(1.0)
         except Exception as exc:  # logged; the DGD keeps being reported from its Deployments
             st.state = "failed"
             st.error = f"{type(exc).__name__}: {exc}"
