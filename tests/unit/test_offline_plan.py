@@ -85,6 +85,22 @@ def test_a_gaie_graph_is_served_by_its_workers_frontend_sidecar() -> None:
     assert plan.router_mode == "direct"
 
 
+def test_the_epp_gets_the_operators_grpc_probes_ports_and_picker_arguments() -> None:
+    plan = build_plan(stored("dgd-gaie-direct.yaml"))
+    epp = main_container(plan.deployments["Epp"])
+    assert {p["name"]: p["containerPort"] for p in epp["ports"]} == {"grpc": 9002, "grpc-health": 9003, "metrics": 9090}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert epp[probe]["grpc"] == {"port": 9003, "service": "inference-extension"}, probe
+    args = epp["args"]
+    assert args[args.index("-pool-name") + 1] == "gaie-direct-pool"
+    assert args[args.index("-grpc-health-port") + 1] == "9003" and "command" not in epp
+    # The DGD's own arguments win over the operator's.
+    doc = stored("dgd-gaie-direct.yaml")
+    doc["spec"]["components"][0]["podTemplate"]["spec"]["containers"][0]["args"] = ["-pool-name", "mine"]
+    assert main_container(build_plan(doc).deployments["Epp"])["args"] == [
+        "-pool-name", "mine"]
+
+
 @pytest.mark.parametrize(("mutate", "needle"), [
     (lambda d: d["spec"]["services"]["VllmDecodeWorker"].update(componentType="main"), "componentType 'main'"),
     (lambda d: d["spec"]["services"]["Frontend"]["extraPodSpec"]["mainContainer"].pop("image"), "has no image"),

@@ -32,6 +32,13 @@ BUILD_CA = "/tmp/build-ca.crt"
 ENGINE_FILES = Path(__file__).with_name("dynamo_files")
 ENGINES = ("vllm", "sglang", "trtllm", "mocker")
 SITE = "/opt/dynamo/lib/python3.11/site-packages"
+# What `python3 -m dynamo.mocker --planner-profile-data DIR` imports to turn a profiler's results into
+# timings; the published dynamo-planner image holds them (recipes' mocker DGD, docs/offline-cluster.md).
+PLANNER_DEPENDENCIES = ("numpy>=2", "scikit-learn>=1.5")
+# The EPP stand-in's gRPC health service (dynamo_files/dynamo_offline_epp.py).
+EPP_DEPENDENCIES = ("grpcio>=1.60", "grpcio-health-checking>=1.60")
+# NVIDIA's `aisimulate` (index-only, never installed here): its module names, failing when used.
+AISIMULATE_STANDIN = "aisimulate_core_standin.py"
 Log = Callable[[str], None]
 
 
@@ -44,7 +51,8 @@ class DynamoImage:
 
 def image_key(version: str, base: str) -> str:
     deps = dynamo_env._DEPENDENCIES.get(version, ())
-    return nodeimage._digest(version, base, *deps, dynamo_env._TOKENIZER_SCRIPT)
+    return nodeimage._digest(version, base, *deps, *PLANNER_DEPENDENCIES, *EPP_DEPENDENCIES,
+                             dynamo_env._TOKENIZER_SCRIPT)
 
 
 def _steps(version: str) -> list[tuple[str, str]]:
@@ -58,6 +66,8 @@ def _steps(version: str) -> list[tuple[str, str]]:
         ("virtual environment", "python3 -m venv /opt/dynamo"),
         (f"ai-dynamo {version}", f"{pip} --no-deps ai-dynamo=={version} ai-dynamo-runtime=={version}"),
         ("dependencies", f"{pip} {deps} tokenizers && rm -rf /root/.cache/pip"),
+        ("planner and EPP dependencies", f"{pip} {' '.join((*PLANNER_DEPENDENCIES, *EPP_DEPENDENCIES))} "
+                                         "&& rm -rf /root/.cache/pip"),
         ("tokenizer", f"cat > /tmp/tok.py && {offline} /opt/dynamo/bin/python /tmp/tok.py /opt/dynamo/tokenizer "
                       ">/dev/null && rm /tmp/tok.py"),
         ("check", "/opt/dynamo/bin/python -m dynamo.frontend --help >/dev/null && "
@@ -74,7 +84,8 @@ def _trust_store() -> Path:
 
 
 def engines_key() -> str:
-    return nodeimage._digest(*(p.read_bytes() for p in sorted(ENGINE_FILES.iterdir()) if p.suffix in (".py", ".json")))
+    return nodeimage._digest(*(p.read_bytes() for p in sorted(ENGINE_FILES.iterdir()) if p.suffix in (".py", ".json")),
+                             *(script for _, script in _engine_steps()))
 
 
 def _engine_steps() -> list[tuple[str, str]]:
@@ -85,8 +96,15 @@ def _engine_steps() -> list[tuple[str, str]]:
              "chmod +x /usr/local/bin/dynamo-entrypoint")
     refused = ("out=$(cd /tmp && /opt/dynamo/bin/python -m dynamo.vllm --model m --no-such-flag 2>&1 || true) && "
                "grep -q 'unrecognized arguments: --no-such-flag' <<< \"$out\"")
-    return [("engine entry points", f"{mains} && {entry} && mkdir -p /workspace"),
-            ("check", f"{refused} && /opt/dynamo/bin/python -m dynamo.sglang --help >/dev/null")]
+    # The runtime images hold Dynamo's checkout at /workspace: recipes name files under
+    # /workspace/components/src/dynamo (the mocker DGD's profiling results), which the wheel holds too.
+    workspace = f"mkdir -p /workspace/components/src && ln -sfn {SITE}/dynamo /workspace/components/src/dynamo"
+    profile = "/workspace/components/src/dynamo/planner/tests/data/profiling_results/H200_TP1P_TP1D"
+    converts = ("cd /tmp && /opt/dynamo/bin/python -c 'from dynamo.mocker.args import resolve_planner_profile_data "
+                f"as r; from pathlib import Path; assert r(Path(\"{profile}\")).npz_path' >/dev/null")
+    epp = "/opt/dynamo/bin/python -c 'import dynamo_offline_epp, grpc_health.v1.health'"
+    return [("engine entry points", f"{mains} && {entry} && {workspace}"),
+            ("check", f"{refused} && /opt/dynamo/bin/python -m dynamo.sglang --help >/dev/null && {converts} && {epp}")]
 
 
 def ensure_dynamo_image(version: str = dynamo_env.DEFAULT_VERSION, log: Log = print) -> DynamoImage:
@@ -101,6 +119,10 @@ def ensure_dynamo_image(version: str = dynamo_env.DEFAULT_VERSION, log: Log = pr
         try:
             docker.copy_in(container, ENGINE_FILES / "dynamo_offline_engines.py", f"{SITE}/dynamo_offline_engines.py")
             docker.copy_in(container, ENGINE_FILES / "engine_flags.json", f"{SITE}/dynamo_offline_engine_flags.json")
+            docker.copy_in(container, ENGINE_FILES / "dynamo_offline_epp.py", f"{SITE}/dynamo_offline_epp.py")
+            docker.exec_in(container, "mkdir", "-p", f"{SITE}/aisimulate_core/sdk")
+            docker.exec_in(container, "touch", f"{SITE}/aisimulate_core/__init__.py")
+            docker.copy_in(container, ENGINE_FILES / AISIMULATE_STANDIN, f"{SITE}/aisimulate_core/sdk/__init__.py")
             for step, script in _engine_steps():
                 log(f"dynamo image: {step} ... [{clock.monotonic() - started:.0f}s]")
                 docker.exec_in(container, "bash", "-euo", "pipefail", "-c", script)

@@ -9,6 +9,10 @@ exist (404 ``MANIFEST_UNKNOWN``), so the kubelet reports ``ErrImagePull`` with c
 ``not found``, as on a real cluster. Without it containerd would try the real registry's host and
 fail on the network (``dial tcp: lookup ...``), which the harness rightly retries instead of judging.
 
+The EPP image a gaie DGD names (``nvcr.io/nvidia/ai-dynamo/dynamo-epp``) is the same layers with
+another entry point, the EPP stand-in of the Dynamo image (``dynamo_files/dynamo_offline_epp.py``),
+as its own manifest and config (``EPP_ENTRYPOINT``), so the operator's EPP arguments start it.
+
 The image is served from a ``docker save`` of it, extracted once per image id under the cache
 (``export``): an OCI manifest whose layers are the saved, uncompressed layer tars, so the nodes
 pull it as they pull any image, on demand. Each node's containerd is pointed at this registry for
@@ -37,6 +41,10 @@ REGISTRIES = ("nvcr.io", "docker.io", "ghcr.io", "quay.io", "public.ecr.aws", "r
 DYNAMO_REPOS = ("nvidia/ai-dynamo/vllm-runtime", "nvidia/ai-dynamo/sglang-runtime",
                 "nvidia/ai-dynamo/tensorrtllm-runtime", "nvidia/ai-dynamo/dynamo-frontend",
                 "nvidia/ai-dynamo/dynamo-planner")
+EPP_REPO = "nvidia/ai-dynamo/dynamo-epp"
+EPP_ENTRYPOINT = ["/opt/dynamo/bin/python3", "-m", "dynamo_offline_epp"]
+# The manifests served: the Dynamo image as built, and its EPP variant (another config, same layers).
+MANIFESTS = {"dynamo": "oci-manifest.json", "epp": "epp-oci-manifest.json"}
 # ai-dynamo's released versions (docs/offline-cluster.md, "Every image a DGD names is served"); an
 # image tag names the release without the wheel's `.postN` (1.3.0 for the wheel 1.3.0.post1).
 RELEASED = frozenset({
@@ -52,11 +60,14 @@ def hosts_toml(address: str) -> str:
     return f'server = "http://{address}"\n\n[host."http://{address}"]\n  capabilities = ["pull", "resolve"]\n'
 
 
-def served_name(upstream: str, name: str, tag: str) -> bool:
-    """Whether ``upstream/name:tag`` is one of the Dynamo images a DGD names, at a released version
-    (containerd names the upstream in ``?ns=`` when it asks a host other than the image's own)."""
+def served_name(upstream: str, name: str, tag: str) -> str | None:
+    """Which manifest (``MANIFESTS``) answers ``upstream/name:tag`` when it is one of the Dynamo images a
+    DGD names, at a released version; None otherwise (containerd names the upstream in ``?ns=`` when
+    it asks a host other than the image's own)."""
     found = _TAG.match(tag)
-    return upstream in ("nvcr.io", "") and name in DYNAMO_REPOS and found is not None and found.group(1) in RELEASED
+    if upstream not in ("nvcr.io", "") or found is None or found.group(1) not in RELEASED:
+        return None
+    return "dynamo" if name in DYNAMO_REPOS else "epp" if name == EPP_REPO else None
 
 
 def _sha256(path: Path) -> str:
@@ -68,7 +79,7 @@ def export(ref: str, image_id: str, root: Path, docker: str = "docker") -> Path:
     """``docker save ref`` extracted under ``root/<image id>`` with ``oci-manifest.json`` (its
     layers' and config's digests), once per image id; the caller holds the build lock."""
     dest = root / image_id.removeprefix("sha256:")[:16]
-    if (dest / "oci-manifest.json").is_file():
+    if all((dest / m).is_file() for m in MANIFESTS.values()):
         return dest
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
@@ -84,33 +95,45 @@ def export(ref: str, image_id: str, root: Path, docker: str = "docker") -> Path:
 
 
 def describe(dest: Path) -> None:
-    """Write ``oci-manifest.json`` and ``blobs.json`` for a ``docker save`` extracted in ``dest``."""
+    """Write the manifests of ``MANIFESTS`` and ``blobs.json`` for a ``docker save`` extracted in ``dest``."""
     saved = json.loads((dest / "manifest.json").read_text())[0]
     config = dest / saved["Config"]
     layers = [dest / layer for layer in saved["Layers"]]
-    blobs = {_sha256(p): str(p.relative_to(dest)) for p in [config, *layers]}
-    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": _sha256(config),
-                           "size": config.stat().st_size},
-                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": _sha256(p),
-                            "size": p.stat().st_size} for p in layers]}
+    doc = json.loads(config.read_text())
+    doc.setdefault("config", {}).update({"Entrypoint": EPP_ENTRYPOINT, "Cmd": None})
+    epp_config = dest / "epp-config.json"
+    epp_config.write_text(json.dumps(doc, separators=(",", ":")))
+    blobs = {_sha256(p): str(p.relative_to(dest)) for p in [config, epp_config, *layers]}
+    for variant, cfg in (("dynamo", config), ("epp", epp_config)):
+        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": _sha256(cfg),
+                               "size": cfg.stat().st_size},
+                    "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": _sha256(p),
+                                "size": p.stat().st_size} for p in layers]}
+        (dest / MANIFESTS[variant]).write_text(json.dumps(manifest, separators=(",", ":")))
     (dest / "blobs.json").write_text(json.dumps(blobs))
-    (dest / "oci-manifest.json").write_text(json.dumps(manifest, separators=(",", ":")))
 
 
 @dataclass(frozen=True)
 class Served:
-    """One exported image: its manifest bytes and digest, and its blobs by digest."""
+    """One exported image: its manifests' bytes by variant (``MANIFESTS``), and its blobs by digest."""
 
-    manifest: bytes
-    digest: str
+    manifests: dict[str, bytes]
     blobs: dict[str, Path]
 
     @classmethod
     def load(cls, root: Path) -> Served:
-        manifest = (root / "oci-manifest.json").read_bytes()
+        manifests = {v: (root / f).read_bytes() for v, f in MANIFESTS.items()}
         blobs = {d: root / p for d, p in json.loads((root / "blobs.json").read_text()).items()}
-        return cls(manifest, "sha256:" + hashlib.sha256(manifest).hexdigest(), blobs)
+        return cls(manifests, blobs)
+
+    def digest(self, variant: str = "dynamo") -> str:
+        return "sha256:" + hashlib.sha256(self.manifests[variant]).hexdigest()
+
+    def manifest(self, ref: str, variant: str | None) -> bytes | None:
+        """The manifest a pull by digest or by a served name's tag (``variant``) gets, if any."""
+        by_digest = next((m for v, m in self.manifests.items() if self.digest(v) == ref), None)
+        return by_digest if by_digest is not None else self.manifests.get(variant) if variant else None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -155,8 +178,9 @@ class _Handler(BaseHTTPRequestHandler):
         name, _, ref = url.path.removeprefix("/v2/").partition("/manifests/")
         image = type(self).image
         if ref:
-            if image is not None and (ref == image.digest or served_name(upstream, name, ref)):
-                self._send(OCI_MANIFEST, len(image.manifest), image.digest, image.manifest)
+            found = image.manifest(ref, served_name(upstream, name, ref)) if image is not None else None
+            if found is not None:
+                self._send(OCI_MANIFEST, len(found), "sha256:" + hashlib.sha256(found).hexdigest(), found)
                 return
             self._unknown(name, ref, "MANIFEST_UNKNOWN")
             return
@@ -182,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     host, _, port = args.listen.rpartition(":")
     _Handler.image = Served.load(Path(args.image)) if args.image else None
     server = ThreadingHTTPServer((host, int(port)), _Handler)
-    what = f"the Dynamo image {args.image} as {', '.join(DYNAMO_REPOS)}" if args.image else "no image"
+    what = f"the Dynamo image {args.image} as {', '.join(DYNAMO_REPOS)} (and {EPP_REPO})" if args.image else "no image"
     print(f"registry on http://{args.listen}: {what}; every other pull is not found", flush=True)
     server.serve_forever()
     return 0

@@ -42,6 +42,9 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "deploy-suite-operator-sim"
 FRONTEND_PORT = 8000
 SYSTEM_PORT = 9090
+# The EPP's gRPC port and gRPC health port, as the operator sets them (docs/offline-cluster.md, "The EPP").
+EPP_GRPC_PORT = 9002
+EPP_HEALTH_PORT = 9003
 DEFAULT_SHM = "8Gi"
 _FAILED = "failed to reconcile Dynamo components deployments"
 
@@ -181,10 +184,32 @@ def _beta_pod(comp: Obj, component: Component) -> _Pod:
                 spec, str(comp.get("sharedMemorySize") or DEFAULT_SHM), {})
 
 
-def _operator_defaults(c: Component, pod: _Pod, dyn_ns: str) -> Obj:
+def _epp_defaults(main: Obj, pool: str, namespace: str) -> None:
+    """The operator's EPP container (docs/offline-cluster.md, "The EPP"): the picker's gRPC port, gRPC health on
+    9003 for its startup, liveness and readiness probes, and the picker's arguments unless the DGD
+    gives its own. (The EndpointPickerConfig ConfigMap the file names is not modelled.)"""
+    ports = main.setdefault("ports", [])
+    for name, number in (("grpc", EPP_GRPC_PORT), ("grpc-health", EPP_HEALTH_PORT), ("metrics", SYSTEM_PORT)):
+        if all(p.get("name") != name for p in ports):
+            ports.append({"name": name, "containerPort": number, "protocol": "TCP"})
+    health = {"grpc": {"port": EPP_HEALTH_PORT, "service": "inference-extension"}}
+    main.setdefault("livenessProbe", {**health, "initialDelaySeconds": 5, "periodSeconds": 10})
+    main.setdefault("readinessProbe", {**health, "initialDelaySeconds": 5, "periodSeconds": 10})
+    main.setdefault("startupProbe", {**health, "periodSeconds": 10, "failureThreshold": 180})
+    if not main.get("args"):
+        main["args"] = ["-pool-name", pool, "-pool-namespace", namespace, "-pool-group", "inference.networking.k8s.io",
+                        "-v", "4", "--zap-encoder", "json", "-grpc-port", str(EPP_GRPC_PORT),
+                        "-grpc-health-port", str(EPP_HEALTH_PORT), "-config-file", "/etc/epp/epp-config-dynamo.yaml"]
+    _set_default_env(main, {"USE_STREAMING": "true", "NVIDIA_VISIBLE_DEVICES": "void"})
+
+
+def _operator_defaults(c: Component, pod: _Pod, dyn_ns: str, dgd: tuple[str, str] = ("", "")) -> Obj:
     """The main container with what the operator adds: frontend command and port, worker port and
-    probes, Dynamo env, v1alpha1 GPU requests and limits, /dev/shm. Returns the main container (changed in place)."""
+    probes, the EPP's probes and arguments (``dgd``: the DGD's name and namespace), Dynamo env,
+    v1alpha1 GPU requests and limits, /dev/shm. Returns the main container (changed in place)."""
     main: Obj = next(ct for ct in pod.spec.setdefault("containers", []) if ct.get("name") == MAIN_CONTAINER)
+    if c.type == "epp":
+        _epp_defaults(main, f"{dgd[0]}-pool", dgd[1])
     if c.type == "frontend":
         if not main.get("command") and not main.get("args"):
             main["command"] = ["python3", "-m", "dynamo.frontend"]
@@ -291,7 +316,7 @@ def build_plan(obj: Obj) -> Plan:
         if not c.image:
             raise ReconcileError(f"{_FAILED}: component {c.name!r}: container {MAIN_CONTAINER!r} has no image")
         pod = _alpha_pod(spec, raw, c) if alpha else _beta_pod(raw, c)
-        _operator_defaults(c, pod, dyn_ns)
+        _operator_defaults(c, pod, dyn_ns, (name, namespace))
         if alpha and isinstance(raw.get("frontendSidecar"), dict):
             pod.spec["containers"].append(_alpha_frontend_sidecar(raw["frontendSidecar"]))
         sidecar = _frontend_sidecar(raw, pod.spec["containers"])
