@@ -63,9 +63,9 @@ def image(tmp_path: Path) -> Iterator[registry.Served]:
     (tmp_path / "manifest.json").write_text(json.dumps([{"Config": "cfg.json", "Layers": ["l1/layer.tar"]}]))
     registry.describe(tmp_path)
     served = registry.Served.load(tmp_path)
-    registry._Handler.image = served
+    registry._Handler.images = {registry.DYNAMO: served}
     yield served
-    registry._Handler.image = None
+    registry._Handler.images = {}
 
 
 def test_a_served_name_answers_the_manifest_and_its_blobs(served: str, image: registry.Served) -> None:
