@@ -247,7 +247,7 @@ def run_hf(root: Path = ROOT) -> None:
               flush=True)
     from huggingface_hub.cli.hf import main
 
-    main()
+    main()  # type: ignore[no-untyped-call]  # huggingface_hub's entry point has no annotations
 
 
 if __name__ == "__main__":
