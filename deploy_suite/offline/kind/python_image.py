@@ -34,6 +34,9 @@ SITE = f"/usr/local/lib/python{PYTHON_SERIES}/site-packages"
 HUB_ROOT = "/opt/hub-replica"
 HF = "/usr/local/bin/hf"
 PATH = "/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"
+# As the official image: no entrypoint, `python3` by default. `docker commit` keeps the build
+# container's `sleep` for `ENTRYPOINT []`; `[""]` is the empty one (containerd reads it so too).
+CHANGES = (f"ENV PATH={PATH}", "ENV LANG=C.UTF-8", 'ENTRYPOINT [""]', 'CMD ["python3"]')
 # The `hf` console script replaced: the same CLI, its HF_ENDPOINT the replica's (hub_replica.run_hf).
 HF_SCRIPT = ("#!/usr/local/bin/python\n# deploy-suite: huggingface_hub's CLI against the image's hub replica "
              "(docs/offline-cluster.md)\nimport sys\n\nfrom deploy_suite_hub_replica import run_hf\n\n"
@@ -79,7 +82,7 @@ def _quote(text: str) -> str:
 def image_key(base: str) -> str:
     files = [p.read_bytes() for p in sorted(FILES.glob("*.py"))]
     return nodeimage._digest(base, HUB_VERSION, *HUB_MODELS, dynamo_env._TOKENIZER_SCRIPT, HF_SCRIPT, README,
-                             *(s for _, s in _steps()), *files)
+                             *(s for _, s in _steps()), *CHANGES, *files)
 
 
 def ensure_python_image(log: Log = print) -> dynamo_image.DynamoImage:
@@ -103,8 +106,7 @@ def ensure_python_image(log: Log = print) -> dynamo_image.DynamoImage:
                         log(f"python image:   {line}")
             version = docker.exec_in(container, "/usr/local/bin/python", "-c",
                                      "import platform; print(platform.python_version())").strip()
-            docker.commit(container, ref, [f"ENV PATH={PATH}", "ENV LANG=C.UTF-8", f"ENV PYTHON_VERSION={version}",
-                                           "ENTRYPOINT []", 'CMD ["python3"]'])
+            docker.commit(container, ref, [*CHANGES, f"ENV PYTHON_VERSION={version}"])
         finally:
             docker.remove_container(name)
 
