@@ -52,9 +52,9 @@ lint: venv  ## ruff, mypy, the layering contracts of .importlinter (lint-imports
 	$(PY) scripts/check_module_size.py $(LINT_ROOTS)
 	$(VENV)/bin/pylint --disable=all --enable=duplicate-code $(LINT_ROOTS)
 
-demo: venv binaries  ## bring up the offline cluster and run the sample experiment (PROVIDER=kind: on kind)
+demo: venv binaries  ## bring up the offline cluster and run the sample experiment (PROVIDER=kind: on kind, cluster DEMO_CLUSTER or demo)
 	@if [ "$(PROVIDER)" = kind ]; then $(MAKE) --no-print-directory docker kind-images; fi
-	$(PY) -m deploy_suite.fixtures.demo --provider $(PROVIDER)
+	$(PY) -m deploy_suite.fixtures.demo --provider $(PROVIDER) $(if $(DEMO_CLUSTER),--name $(DEMO_CLUSTER))
 
 bench: venv binaries  ## benchmarks; figures go to docs/performance.md
 	$(PY) bench/bench_cluster_up.py

@@ -54,7 +54,7 @@ def test_the_dynamo_images_dgds_name_are_served_at_released_versions_only() -> N
     assert not registry.served_name("docker.io", "nvidia/ai-dynamo/vllm-runtime", "1.6.1")
     # The EPP of a gaie DGD: its own manifest (another entry point), released versions only.
     assert registry.served_name("nvcr.io", registry.EPP_REPO, "1.6.1") == "epp"
-    assert registry.served_name("nvcr.io", "nvidia/ai-dynamo/vllm-runtime", "1.6.1") == "dynamo"
+    assert registry.served_name("nvcr.io", "nvidia/ai-dynamo/vllm-runtime", "1.6.1") == "image"
     assert registry.served_name("nvcr.io", registry.EPP_REPO, "9.9.9") is None
 
 
@@ -67,9 +67,9 @@ def image(tmp_path: Path) -> Iterator[registry.Served]:
     (tmp_path / "manifest.json").write_text(json.dumps([{"Config": "cfg.json", "Layers": ["l1/layer.tar"]}]))
     registry.describe(tmp_path)
     served = registry.Served.load(tmp_path)
-    registry._Handler.image = served
+    registry._Handler.images = {registry.DYNAMO: served}
     yield served
-    registry._Handler.image = None
+    registry._Handler.images = {}
 
 
 def test_a_served_name_answers_the_manifest_and_its_blobs(served: str, image: registry.Served) -> None:

@@ -134,19 +134,20 @@ def ensure_dynamo_image(version: str = dynamo_env.DEFAULT_VERSION, log: Log = pr
     return DynamoImage(image.ref, base.built_seconds + image.built_seconds, image.size_mib)
 
 
-def _cached(ref: str, log: Log, build: Callable[[float], None]) -> DynamoImage:
-    """``ref`` from Docker, or made now by ``build(started)`` under the Dynamo images' lock."""
+def _cached(ref: str, log: Log, build: Callable[[float], None], what: str = "dynamo") -> DynamoImage:
+    """``ref`` from Docker, or made now by ``build(started)`` under the ``what`` images' lock
+    (the Python image of ``python_image.py`` is cached the same way, under its own lock)."""
     if docker.image_exists(ref):
         return DynamoImage(ref, 0.0, docker.image_size(ref) >> 20)
-    with procs.file_lock(nodeimage.cache_dir() / ".dynamo-image.lock",
-                         waiting=lambda: log("waiting for another Dynamo image build")):
+    with procs.file_lock(nodeimage.cache_dir() / f".{what}-image.lock",
+                         waiting=lambda: log(f"waiting for another {what} image build")):
         if docker.image_exists(ref):
             return DynamoImage(ref, 0.0, docker.image_size(ref) >> 20)
         started = clock.monotonic()
         build(started)
         seconds = clock.monotonic() - started
         size = docker.image_size(ref) >> 20
-        log(f"dynamo image {ref} built in {seconds:.0f}s ({size} MiB)")
+        log(f"{what} image {ref} built in {seconds:.0f}s ({size} MiB)")
         return DynamoImage(ref, seconds, size)
 
 

@@ -2,9 +2,11 @@
 
 ``python -m deploy_suite.offline.kind.prepare`` is what ``make kind-images`` runs, and what the
 kind tests start in the background while the rest of the suite runs (``fixtures/kind.py``). The
-Go builds (kind, crictl, the node binaries) keep the CPU busy while the Debian root and the Dynamo
-image mostly wait on Debian's mirror and PyPI, so the two run side by side; the node image needs
-both. Every ensure function takes its own file lock, so a second caller waits and then reuses.
+Go builds (kind, crictl, the node binaries) keep the CPU busy while the Debian root, the Dynamo
+image and the support Jobs' Python image mostly wait on Debian's mirror and PyPI, so they run side
+by side (the two images once the Debian root is imported, so it is imported once); the node image
+needs the Go builds and the root. Every ensure function takes its own file lock, so a second caller
+waits and then reuses.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 from deploy_suite import clock
 from deploy_suite.offline.errors import ClusterError
-from deploy_suite.offline.kind import dynamo_image, nodeimage, tools
+from deploy_suite.offline.kind import dynamo_image, nodeimage, python_image, tools
 
 Log = Callable[[str], None]
 
@@ -26,6 +28,7 @@ Log = Callable[[str], None]
 class Prepared:
     node_image: str
     dynamo_image: str
+    python_image: str
     seconds: float
 
 
@@ -39,14 +42,21 @@ def prepare(log: Log = print) -> Prepared:
                 log(f"[{tag} {clock.monotonic() - started:4.0f}s] {line}")
         return say
 
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="kind-prepare") as pool:
-        dynamo = pool.submit(dynamo_image.ensure_dynamo_image, log=tagged("dynamo"))
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="kind-prepare") as pool:
+        base = pool.submit(nodeimage.base_image, tagged("dynamo"))
+
+        def on_base(ensure: Callable[[Log], dynamo_image.DynamoImage], tag: str) -> dynamo_image.DynamoImage:
+            base.result()
+            return ensure(tagged(tag))
+
+        dynamo = pool.submit(on_base, lambda say: dynamo_image.ensure_dynamo_image(log=say), "dynamo")
+        python = pool.submit(on_base, python_image.ensure_python_image, "python")
         kit = tools.ensure_tools(tagged("tools"))
         node = nodeimage.ensure_node_image(kit, tagged("node"))
-        image = dynamo.result()
+        image, support = dynamo.result(), python.result()
     seconds = clock.monotonic() - started
-    log(f"kind images ready in {seconds:.0f}s: node {node.ref}, dynamo {image.ref}")
-    return Prepared(node.ref, image.ref, seconds)
+    log(f"kind images ready in {seconds:.0f}s: node {node.ref}, dynamo {image.ref}, python {support.ref}")
+    return Prepared(node.ref, image.ref, support.ref, seconds)
 
 
 def main() -> int:

@@ -49,7 +49,7 @@ from deploy_suite.offline.cluster import (
     wait_established,
 )
 from deploy_suite.offline.errors import ClusterError
-from deploy_suite.offline.kind import config, docker, dynamo_image, nodeimage, registry, tools
+from deploy_suite.offline.kind import config, docker, dynamo_image, nodeimage, python_image, registry, tools
 from deploy_suite.offline.operator_sim import profiles
 
 PROVIDER = "kind"
@@ -387,7 +387,8 @@ class KindProvider:
         address = f"{gateway}:{port}"
         if REGISTRY not in self._pids():
             self._spawn(REGISTRY, [sys.executable, "-m", "deploy_suite.offline.kind.registry", "--listen", address,
-                                   "--state", str(self.dir), "--image", str(self._dynamo_export())])
+                                   "--state", str(self.dir), "--image", str(self._dynamo_export()),
+                                   "--python-image", str(self._python_export())])
         hosts = registry.hosts_toml(address).encode()
         for node in self.node_containers():
             for name in registry.REGISTRIES:
@@ -397,10 +398,17 @@ class KindProvider:
     def _dynamo_export(self) -> Path:
         """The Dynamo image, saved for the registry to serve under the names DGDs use (built and
         saved once per machine; docs/offline-cluster.md, "Every image a DGD names is served")."""
-        image = dynamo_image.ensure_dynamo_image(log=self.log)
-        with procs.file_lock(nodeimage.cache_dir() / ".dynamo-image.lock",
-                             waiting=lambda: self.log("waiting for another Dynamo image build")):
-            return registry.export(image.ref, str(docker.inspect(image.ref)["Id"]), nodeimage.cache_dir() / "registry",
+        return self._export(dynamo_image.ensure_dynamo_image(log=self.log).ref, "dynamo")
+
+    def _python_export(self) -> Path:
+        """The Python image support Jobs run, saved for the registry as ``python:<X.Y>[-slim]``
+        (docs/offline-cluster.md, "Support images and the hub replica")."""
+        return self._export(python_image.ensure_python_image(log=self.log).ref, "python")
+
+    def _export(self, ref: str, what: str) -> Path:
+        with procs.file_lock(nodeimage.cache_dir() / f".{what}-image.lock",
+                             waiting=lambda: self.log(f"waiting for another {what} image build")):
+            return registry.export(ref, str(docker.inspect(ref)["Id"]), nodeimage.cache_dir() / "registry",
                                    docker.docker_binary())
 
     def _ensure_controllers(self) -> None:

@@ -1,10 +1,12 @@
 """The registry the kind nodes pull from instead of the real ones (no registry is reachable here).
 
 A read-only OCI distribution endpoint on the gateway of the cluster's own Docker network. It serves
-one image, the Dynamo image built here (``dynamo_image.py``), under every name a DGD gives NVIDIA's
+two images built here. The Dynamo image (``dynamo_image.py``) under every name a DGD gives NVIDIA's
 Dynamo images: ``nvcr.io/nvidia/ai-dynamo/<vllm|sglang|tensorrtllm>-runtime``, ``dynamo-frontend``
 and ``dynamo-planner`` with a released version's tag (``RELEASED``; ``X.Y.Z`` or a ``.postN``/
-``-postN`` of it). Every other name is answered the way a registry answers a tag that does not
+``-postN`` of it). The Python image (``python_image.py``) under the official image's names a
+support Job uses, ``docker.io/library/python`` (``python``) with a tag of ``PYTHON_TAGS``. Every
+other name is answered the way a registry answers a tag that does not
 exist (404 ``MANIFEST_UNKNOWN``), so the kubelet reports ``ErrImagePull`` with containerd's
 ``not found``, as on a real cluster. Without it containerd would try the real registry's host and
 fail on the network (``dial tcp: lookup ...``), which the harness rightly retries instead of judging.
@@ -19,7 +21,8 @@ pull it as they pull any image, on demand. Each node's containerd is pointed at 
 the registries DGDs name (``hosts_toml``; the file's ``server`` is this registry, so containerd
 does not fall back to the real host).
 
-Run as ``python -m deploy_suite.offline.kind.registry --listen HOST:PORT --state DIR [--image DIR]``.
+Run as ``python -m deploy_suite.offline.kind.registry --listen HOST:PORT --state DIR [--image DIR]
+[--python-image DIR]``.
 """
 
 from __future__ import annotations
@@ -43,14 +46,19 @@ DYNAMO_REPOS = ("nvidia/ai-dynamo/vllm-runtime", "nvidia/ai-dynamo/sglang-runtim
                 "nvidia/ai-dynamo/dynamo-planner")
 EPP_REPO = "nvidia/ai-dynamo/dynamo-epp"
 EPP_ENTRYPOINT = ["/opt/dynamo/bin/python3", "-m", "dynamo_offline_epp"]
-# The manifests served: the Dynamo image as built, and its EPP variant (another config, same layers).
-MANIFESTS = {"dynamo": "oci-manifest.json", "epp": "epp-oci-manifest.json"}
+# The manifests of an export: the image as built, and its EPP variant (another config, same layers).
+MANIFESTS = {"image": "oci-manifest.json", "epp": "epp-oci-manifest.json"}
 # ai-dynamo's released versions (docs/offline-cluster.md, "Every image a DGD names is served"); an
 # image tag names the release without the wheel's `.postN` (1.3.0 for the wheel 1.3.0.post1).
 RELEASED = frozenset({
     "1.6.1", "1.6.0", "1.5.1", "1.5.0", "1.4.2", "1.4.1", "1.4.0", "1.3.1", "1.3.0", "1.2.1", "1.2.0", "1.1.1",
     "1.1.0", "1.0.2", "1.0.1", "1.0.0", "0.9.1", "0.9.0", "0.8.1", "0.8.0", "0.7.1", "0.7.0", "0.6.1", "0.6.0",
     "0.5.1", "0.5.0", "0.4.1", "0.4.0", "0.3.2", "0.3.1", "0.3.0", "0.2.1", "0.2.0", "0.1.1", "0.1.0"})
+# The official Python image's tags support Jobs may name (docs/offline-cluster.md, "Support images
+# and the hub replica"): the recipes' 3.10 and the 3.11 the image holds, each plain and -slim.
+PYTHON_REPO = "library/python"
+PYTHON_TAGS = frozenset({"3.10", "3.10-slim", "3.11", "3.11-slim"})
+DYNAMO, PYTHON = "dynamo", "python"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 _TAG = re.compile(r"^(\d+\.\d+\.\d+)(?:[.-]post\d+)?$")
 
@@ -67,7 +75,18 @@ def served_name(upstream: str, name: str, tag: str) -> str | None:
     found = _TAG.match(tag)
     if upstream not in ("nvcr.io", "") or found is None or found.group(1) not in RELEASED:
         return None
-    return "dynamo" if name in DYNAMO_REPOS else "epp" if name == EPP_REPO else None
+    return "image" if name in DYNAMO_REPOS else "epp" if name == EPP_REPO else None
+
+
+def served_image(upstream: str, name: str, tag: str) -> tuple[str, str] | None:
+    """Which image (``DYNAMO``, ``PYTHON``) and which of its manifests (``MANIFESTS``) answer
+    ``upstream/name:tag``, or None: not found."""
+    variant = served_name(upstream, name, tag)
+    if variant:
+        return DYNAMO, variant
+    if upstream in ("docker.io", "") and name == PYTHON_REPO and tag in PYTHON_TAGS:
+        return PYTHON, "image"
+    return None
 
 
 def _sha256(path: Path) -> str:
@@ -104,7 +123,7 @@ def describe(dest: Path) -> None:
     epp_config = dest / "epp-config.json"
     epp_config.write_text(json.dumps(doc, separators=(",", ":")))
     blobs = {_sha256(p): str(p.relative_to(dest)) for p in [config, epp_config, *layers]}
-    for variant, cfg in (("dynamo", config), ("epp", epp_config)):
+    for variant, cfg in (("image", config), ("epp", epp_config)):
         manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
                     "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": _sha256(cfg),
                                "size": cfg.stat().st_size},
@@ -127,7 +146,7 @@ class Served:
         blobs = {d: root / p for d, p in json.loads((root / "blobs.json").read_text()).items()}
         return cls(manifests, blobs)
 
-    def digest(self, variant: str = "dynamo") -> str:
+    def digest(self, variant: str = "image") -> str:
         return "sha256:" + hashlib.sha256(self.manifests[variant]).hexdigest()
 
     def manifest(self, ref: str, variant: str | None) -> bytes | None:
@@ -138,7 +157,7 @@ class Served:
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = "deploy-suite-registry/1"
-    image: ClassVar[Served | None] = None
+    images: ClassVar[dict[str, Served]] = {}  # DYNAMO, PYTHON -> the exported image
 
     def _answer(self, status: int, body: dict[str, object]) -> None:
         data = json.dumps(body).encode()
@@ -176,16 +195,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(200, {})
             return
         name, _, ref = url.path.removeprefix("/v2/").partition("/manifests/")
-        image = type(self).image
+        images = type(self).images
         if ref:
-            found = image.manifest(ref, served_name(upstream, name, ref)) if image is not None else None
+            picked = served_image(upstream, name, ref)
+            found = images[picked[0]].manifest(ref, picked[1]) if picked and picked[0] in images else None
+            if found is None:  # a pull by digest
+                found = next((m for i in images.values() if (m := i.manifest(ref, None)) is not None), None)
             if found is not None:
                 self._send(OCI_MANIFEST, len(found), "sha256:" + hashlib.sha256(found).hexdigest(), found)
                 return
             self._unknown(name, ref, "MANIFEST_UNKNOWN")
             return
         name, _, digest = url.path.removeprefix("/v2/").partition("/blobs/")
-        blob = image.blobs.get(digest) if image is not None and digest else None
+        blob = next((i.blobs[digest] for i in images.values() if digest in i.blobs), None)
         if blob is None:
             self._unknown(name, "", "BLOB_UNKNOWN" if digest else "NAME_UNKNOWN")
             return
@@ -202,11 +224,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", required=True, help="HOST:PORT (the cluster network's gateway)")
     parser.add_argument("--state", default="", help="the cluster directory (names the owner in the command line)")
     parser.add_argument("--image", default="", help="an exported Dynamo image (export()) served under DYNAMO_REPOS")
+    parser.add_argument("--python-image", default="", help="an exported Python image served as python:PYTHON_TAGS")
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
-    _Handler.image = Served.load(Path(args.image)) if args.image else None
+    exported = {DYNAMO: args.image, PYTHON: args.python_image}
+    _Handler.images = {k: Served.load(Path(v)) for k, v in exported.items() if v}
     server = ThreadingHTTPServer((host, int(port)), _Handler)
-    what = f"the Dynamo image {args.image} as {', '.join(DYNAMO_REPOS)} (and {EPP_REPO})" if args.image else "no image"
+    what = "; ".join([f"the Dynamo image {args.image} as {', '.join(DYNAMO_REPOS)} (and {EPP_REPO})"]
+                     * bool(args.image) +
+                     [f"the Python image {args.python_image} as python:{{{','.join(sorted(PYTHON_TAGS))}}}"]
+                     * bool(args.python_image)) or "no image"
     print(f"registry on http://{args.listen}: {what}; every other pull is not found", flush=True)
     server.serve_forever()
     return 0
