@@ -27,7 +27,7 @@ from deploy_suite import clock, yamlio
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.errors import Conflict, KubeError, WaitTimeout
-from deploy_suite.offline import binaries, dynamo_runtime, pools, procs, restart, webhook
+from deploy_suite.offline import binaries, dynamo_env, dynamo_runtime, pools, procs, restart, webhook
 from deploy_suite.offline.errors import ClusterError
 from deploy_suite.offline.operator_sim import profiles
 from deploy_suite.offline.procs import wait_exit as wait_exit  # tests wait on cluster processes by this name
@@ -248,10 +248,20 @@ class OfflineCluster:
                 self.down()
         self._ensure_controllers()
         self._wait_webhook()
+        self._wait_dynamo_env()
         info = self.status()
         self.log(f"cluster {self.name} up in {clock.monotonic() - started:.1f}s "
                  f"({len(info.nodes)} nodes Ready)")
         return self._report(info)
+
+    def _wait_dynamo_env(self) -> None:
+        """Up means ready to serve: the operator replica builds the Dynamo environment its DGDs' frontends
+        and workers run in once per machine (minutes on a cold one) as it starts; wait for that build
+        here (its lock), so that the first DGD's readiness is not charged with it."""
+        try:
+            dynamo_env.ensure_dynamo_env(log=self.log)
+        except Exception as exc:  # the replica reports it too and serves nothing: `up` still succeeds
+            self.log(f"the Dynamo environment cannot be built ({type(exc).__name__}: {exc}); DGDs get no serving")
 
     def _report(self, info: ClusterInfo) -> ClusterInfo:
         self.log(f"kubeconfig: {info.kubeconfig}")
