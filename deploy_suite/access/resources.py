@@ -72,6 +72,8 @@ KNOWN: dict[str, Resource] = {
         Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", False, "ClusterRoleBinding"),
         Resource(DGD_GROUP, "v1alpha1", DGD_PLURAL, True, DGD_KIND),
         Resource(DGD_GROUP, "v1alpha1", "dynamocomponentdeployments", True, "DynamoComponentDeployment"),
+        # What each runtime publishes with Kubernetes discovery (deploy_suite/model/discovery.py).
+        Resource(DGD_GROUP, "v1alpha1", "dynamoworkermetadatas", True, "DynamoWorkerMetadata"),
     )
 }
 DGD = KNOWN[DGD_KIND]

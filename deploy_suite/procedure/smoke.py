@@ -28,9 +28,9 @@ import httpx
 from deploy_suite import clock, yamlio
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.constants import LABEL_COMPONENT_TYPE, LABEL_DGD_NAME
-from deploy_suite.errors import StepBlocked, StepFailure, SuiteError, WaitTimeout
+from deploy_suite.errors import KubeError, StepBlocked, StepFailure, SuiteError, WaitTimeout
 from deploy_suite.judges import membership
-from deploy_suite.model import dgd, frontend, podspec
+from deploy_suite.model import dgd, discovery, frontend, podspec
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.settings import DEFAULT_SMOKE_PROMPT, Timeouts
 from deploy_suite.procedure.validate import Preflight
@@ -39,6 +39,10 @@ from deploy_suite.vocab import BlockerClass, FailureCategory
 
 DEFAULT_PROMPT = DEFAULT_SMOKE_PROMPT
 DIRECT_HEADER = "x-dynamo-worker-instance-id"
+# The header's name before the ``x-dynamo-`` prefix: frontends of that time read only it, newer ones
+# read the prefixed name first and this one as an alias, so both are sent with the same id
+# (docs/operator-generations.md, "The worker instance id").
+DIRECT_HEADER_ALIAS = "x-worker-instance-id"
 # Where a log line prints a worker instance id, and in which base (docs/operator-generations.md):
 # the base is the line's format, never guessed from the digits (a hex id can be all digits).
 _ID_KEY = r"(?:instance[_ -]?id|worker[_ -]?id|lease[_ -]?id)[\"']?\s*[=:]\s*[\"']?"
@@ -67,10 +71,13 @@ class Endpoint:
     target: str  # "svc/<name>" | "pod/<name>"
     port: int = 8000
     worker_instance_id: int | None = None
+    instance_source: str = ""  # where the id was read: "dynamoworkermetadata/<name>" or "log/<container>"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "target": self.target, "port": self.port,
-                "worker_instance_id": self.worker_instance_id}
+        found: dict[str, Any] = {"worker_instance_id": self.worker_instance_id}
+        if self.instance_source:
+            found["worker_instance_id_source"] = self.instance_source
+        return {"kind": self.kind, "target": self.target, "port": self.port, **found}
 
 
 @dataclass(frozen=True)
@@ -248,14 +255,31 @@ def find_endpoint(kube: Kube, namespace: str, model: dgd.Dgd, direct_routing: bo
         raise SuiteError(f"no frontend Service and no ready worker pod (with a frontend sidecar or not) for DGD "
                          f"{model.name} in {namespace}")
     pod, sidecar = candidates[0]
-    instance = None
-    if direct_routing:
+    instance, source = _discovered_instance(kube, namespace, pod) if direct_routing else (None, "")
+    if direct_routing and instance is None:
         names = [str(c["name"]) for c in pod["spec"]["containers"]]
         for name in sorted(names, key=lambda n: n != sidecar):
             instance = parse_instance_id(kube.pod_log(pod["metadata"]["name"], namespace, name, tail=500))
             if instance is not None:
+                source = f"log/{name}"
                 break
-    return Endpoint("worker-pod", f"pod/{pod['metadata']['name']}", worker_instance_id=instance)
+    return Endpoint("worker-pod", f"pod/{pod['metadata']['name']}", worker_instance_id=instance,
+                    instance_source=source if instance is not None else "")
+
+
+def _discovered_instance(kube: Kube, namespace: str, pod: Obj) -> tuple[int | None, str]:
+    """The id of the pod's worker as Kubernetes discovery publishes it (the pod's
+    ``DynamoWorkerMetadata``), or None: no such CRD or object (etcd discovery, older operators) or
+    no right to list it; the registration logs are read then."""
+    try:
+        objs, _ = kube.list_items(discovery.KIND, namespace)
+    except KubeError:
+        return None, ""
+    instances = discovery.generate_instances(objs, pod)
+    if not instances:
+        return None, ""
+    ident, name = instances[0]
+    return ident, f"{discovery.PLURAL}/{name}"
 
 
 def _is_ready(pod: Obj) -> bool:
@@ -336,7 +360,7 @@ def run_smoke(kube: Kube, plan: SmokePlan, *, on_progress: Callable[[str], None]
             # Gate 3: one chat completion (asked again only while the model is not routable yet).
             headers = {"Content-Type": "application/json"}
             if endpoint.worker_instance_id is not None:
-                headers[DIRECT_HEADER] = str(endpoint.worker_instance_id)
+                headers[DIRECT_HEADER] = headers[DIRECT_HEADER_ALIAS] = str(endpoint.worker_instance_id)
             body = _gate_chat(http, fwd, s, result, headers, smoke_dir=smoke_dir, progress=progress)
             result.timings["chat_s"] = round(clock.monotonic() - started, 3)
             return _judge(result, body, deploy_root, endpoint)

@@ -196,7 +196,8 @@ def test_the_endpoint_is_a_decode_workers_sidecar_and_its_hex_id_becomes_decimal
                     logs={("c-decode-1", "main"): "worker_id=7", ("c-decode-1", "sidecar-frontend"):
                           "registered dyn://ns.backend.generate:1b70511b8908ec"})
     found = smoke.find_endpoint(kube, "ns", dgd, True, None)  # type: ignore[arg-type]
-    assert found == smoke.Endpoint("worker-pod", "pod/c-decode-1", worker_instance_id=0x1b70511b8908ec)
+    assert found == smoke.Endpoint("worker-pod", "pod/c-decode-1", worker_instance_id=0x1b70511b8908ec,
+                                   instance_source="log/sidecar-frontend")
 
 
 def test_without_a_ready_decode_worker_the_prefill_workers_sidecar_serves() -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from deploy_suite import clock, yamlio
 from deploy_suite.constants import LABEL_COMPONENT_TYPE, LABEL_DGD_NAME
-from deploy_suite.errors import StepBlocked, StepFailure, SuiteError, WaitTimeout
+from deploy_suite.errors import Forbidden, KubeError, NotFound, StepBlocked, StepFailure, SuiteError, WaitTimeout
 from deploy_suite.model.dgd import parse_dgd
 from deploy_suite.procedure import smoke
 from deploy_suite.procedure.runstate import RunState
@@ -71,6 +71,7 @@ class FakeKube:
     services: set[str] = field(default_factory=set)
     pods: list[dict[str, Any]] = field(default_factory=list)
     logs: dict[tuple[str, str], str] = field(default_factory=dict)
+    discovery: list[dict[str, Any]] | KubeError = field(default_factory=lambda: NotFound("no such kind"))
     started: list[FakeForward] = field(default_factory=list)
     forward_calls: list[tuple[str, str, int, str]] = field(default_factory=list)
 
@@ -88,6 +89,10 @@ class FakeKube:
 
     def list_items(self, kind: str, namespace: str | None = None,
                    label_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
+        if kind == "DynamoWorkerMetadata":
+            if isinstance(self.discovery, KubeError):
+                raise self.discovery
+            return self.discovery, "1"
         assert kind == "Pod"
         assert label_selector is not None
         wanted = label_selector.split("=", 1)[1]
@@ -385,7 +390,9 @@ def test_the_direct_routing_header_names_the_worker_instance(tmp_path: Path, fak
     frontend = Frontend()
     endpoint = smoke.Endpoint("worker-pod", "pod/w-0", worker_instance_id=9633226347216541456)
     assert go(tmp_path, frontend, endpoint=endpoint).success == 1
+    # Both names: older frontends read only the unprefixed one.
     assert frontend.chats[0].headers[smoke.DIRECT_HEADER] == "9633226347216541456"
+    assert frontend.chats[0].headers["x-worker-instance-id"] == "9633226347216541456"
 
 
 def test_a_400_without_the_instance_id_blames_the_missing_header(tmp_path: Path,
@@ -439,8 +446,49 @@ def test_without_a_service_the_first_ready_worker_is_the_endpoint() -> None:
         smoke.Endpoint("worker-pod", "pod/w-1")  # type: ignore[arg-type]
     kube.pods[0] = pod("w-1", containers=("main", "sidecar"))
     found = smoke.find_endpoint(kube, "ns", DEMO, True, None)  # type: ignore[arg-type]
-    assert found == smoke.Endpoint("worker-pod", "pod/w-1", worker_instance_id=16)
-    assert found.as_dict() == {"kind": "worker-pod", "target": "pod/w-1", "port": 8000, "worker_instance_id": 16}
+    assert found == smoke.Endpoint("worker-pod", "pod/w-1", worker_instance_id=16, instance_source="log/sidecar")
+    assert found.as_dict() == {"kind": "worker-pod", "target": "pod/w-1", "port": 8000, "worker_instance_id": 16,
+                               "worker_instance_id_source": "log/sidecar"}
+
+
+def worker_metadata(pod_name: str, endpoints: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
+    """A DynamoWorkerMetadata as a runtime with Kubernetes discovery writes it (named after, owned by its pod)."""
+    return {"metadata": {"name": pod_name, "ownerReferences": [{"kind": "Pod", "name": owner or pod_name}]},
+            "spec": {"data": {"endpoints": endpoints, "model_cards": {}}}}
+
+
+def generate(component: str, ident: Any, endpoint: str = "generate") -> dict[str, Any]:
+    return {"type": "Endpoint", "namespace": "ns-demo", "component": component, "endpoint": endpoint,
+            "instance_id": ident, "transport": {"tcp": "10.244.1.7:40000/x"}}
+
+
+def test_with_kubernetes_discovery_the_instance_id_comes_from_the_pods_worker_metadata() -> None:
+    """The id the runtime registered, not a number a log line happens to print last."""
+    kube = FakeKube(pods=[pod("w-0", containers=("main", "sidecar"))],
+                    logs={("w-0", "sidecar"): "instance_id=0x99 (the frontend's own)"},
+                    discovery=[worker_metadata("other-0", {"a": generate("backend", 5)}),
+                               worker_metadata("w-0", {
+                                   "ns/backend/clear_kv_blocks": generate("backend", 7, "clear"),
+                                   "ns/backend/generate": generate("backend", 9633226347216541456)})])
+    found = smoke.find_endpoint(kube, "ns", DEMO, True, None)  # type: ignore[arg-type]
+    assert found == smoke.Endpoint("worker-pod", "pod/w-0", worker_instance_id=9633226347216541456,
+                                   instance_source="dynamoworkermetadatas/w-0")
+
+
+@pytest.mark.parametrize("discovery", [NotFound("the server could not find the requested resource"),
+                                       Forbidden("cannot list resource dynamoworkermetadatas"),
+                                       [worker_metadata("other-0", {"a": generate("backend", 5)})]],
+                         ids=["no-crd", "forbidden", "no-object-of-this-pod"])
+def test_without_the_pods_worker_metadata_the_logs_give_the_id(discovery: Any) -> None:
+    kube = FakeKube(pods=[pod("w-0", containers=("main", "sidecar"))],
+                    logs={("w-0", "sidecar"): "registered instance_id=0x10"}, discovery=discovery)
+    found = smoke.find_endpoint(kube, "ns", DEMO, True, None)  # type: ignore[arg-type]
+    assert (found.worker_instance_id, found.instance_source) == (16, "log/sidecar")
+
+
+def test_without_direct_routing_neither_discovery_nor_logs_are_read() -> None:
+    kube = FakeKube(pods=[pod("w-0")], discovery=Forbidden("must not be asked"))
+    assert smoke.find_endpoint(kube, "ns", DEMO, False, None).worker_instance_id is None  # type: ignore[arg-type]
 
 
 def test_no_service_and_no_ready_worker_is_an_error() -> None:
@@ -565,7 +613,8 @@ def test_plan_of_a_direct_routing_sidecar_reads_the_instance_id(tmp_path: Path) 
                     logs={("w-0", "frontend-sidecar"): "instance_id: 0x2a"})
     plan = smoke.plan(run, kube)  # type: ignore[arg-type]
     assert plan.direct_routing and plan.served_model == MODEL
-    assert plan.endpoint == smoke.Endpoint("worker-pod", "pod/w-0", worker_instance_id=42)
+    assert plan.endpoint == smoke.Endpoint("worker-pod", "pod/w-0", worker_instance_id=42,
+                                           instance_source="log/frontend-sidecar")
 
 
 def recording_run(tmp_path: Path) -> RunState:
