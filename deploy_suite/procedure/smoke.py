@@ -57,6 +57,8 @@ _INSTANCE_ID_FORMATS: tuple[tuple[re.Pattern[str], int], ...] = (
     # "Workers ready: [7587887029837065570]", "... for worker 7587887029837065570": decimal.
     (re.compile(r"(?:Workers ready: \[|for worker )([0-9]+)\b"), 10),
 )
+# Lines naming an event channel (1.6.1: "Registering event channel: ...", "EventChannelInstanceId {...}").
+_EVENT_CHANNEL = re.compile(r"event[ _]?channel", re.I)
 _BODIES = ("models_body.json", "api_body.json")
 ARTIFACT = "smoke_test_artifact.json"
 
@@ -221,13 +223,19 @@ def parse_instance_id(log_text: str) -> int | None:
     """The worker instance id from registration logs, as the decimal the header needs.
 
     Each line's format says the base (:data:`_INSTANCE_ID_FORMATS`): the same process prints one id
-    in hex in a discovery key and in decimal in a key=value field. The last id in the log wins.
+    in hex in a discovery key and in decimal in a key=value field. The last id in the log wins. A
+    line about an event channel is skipped: its ``instance_id`` is the channel's, not the worker's
+    (docs/operator-generations.md).
     """
     found: tuple[int, int] | None = None  # (offset in the log, id)
-    for pattern, base in _INSTANCE_ID_FORMATS:
-        for m in pattern.finditer(log_text):
-            if found is None or m.start() >= found[0]:
-                found = (m.start(), int(m.group(1), base))
+    offset = 0
+    for line in log_text.splitlines(keepends=True):
+        if not _EVENT_CHANNEL.search(line):
+            for pattern, base in _INSTANCE_ID_FORMATS:
+                for m in pattern.finditer(line):
+                    if found is None or offset + m.start() >= found[0]:
+                        found = (offset + m.start(), int(m.group(1), base))
+        offset += len(line)
     return found[1] if found else None
 
 

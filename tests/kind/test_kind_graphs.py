@@ -59,6 +59,9 @@ def test_a_gaie_graph_is_ready_behind_real_grpc_probes_and_answers_through_a_wor
     led = _ready(target, "dgd-gaie-direct.yaml")
     assert led["endpoint"]["kind"] == "worker-pod" and led["frontend_service"] is None
     assert isinstance(led["endpoint"]["worker_instance_id"], int)
+    # Kubernetes discovery: the id is the one the worker's runtime published for its pod.
+    worker = led["endpoint"]["target"].removeprefix("pod/")
+    assert led["endpoint"]["worker_instance_id_source"] == f"dynamoworkermetadatas/{worker}", led["endpoint"]
     epp = _pod(target, "Epp")
     main = epp["spec"]["containers"][0]
     assert main["readinessProbe"]["grpc"] == {"port": 9003, "service": "inference-extension"}

@@ -428,6 +428,15 @@ def test_a_400_naming_direct_routing_says_the_header_is_wrong(tmp_path: Path, fa
     ("INFO check_worker.check_required_workers: [Processor:1] Waiting for more workers to be ready.\n"
      " Current: 1, Required: 1   \nWorkers ready: [7587887029837065570]", 7587887029837065570),
     ("a later line wins: instance_id=0x10 then Workers ready: [17]", 17),
+    # Dynamo 1.6.1 with Kubernetes discovery, seen on kind: the runtime's own id in hex, then event
+    # channels' ids (in decimal, each its own), which are not the worker's.
+    ("INFO dynamo_runtime::discovery::kube: Initializing KubeDiscoveryClient: mode=Pod, target=Pod(\"w-0\"), "
+     "cr_name=w-0, instance_id=1d851821a05326, namespace=gz1\n"
+     "INFO dynamo_runtime::discovery::kube: Registering event channel: scope=Endpoint { endpoint: EndpointId { "
+     "namespace: \"gz1-e2e-gaie\", component: \"backend\", name: \"generate\" } }, topic=active_sequences_events, "
+     "instance_id=c4bbe0c715119\n"
+     "INFO dynamo_runtime::discovery::kube: Emitting discovery event event_kind=\"added\" instance_id=EventChannel("
+     "EventChannelInstanceId { topic: \"kv_metrics\", instance_id: 2047233685467868 })", 8309113014473510),
 ])
 def test_parse_instance_id(log: str, expected: int | None) -> None:
     assert smoke.parse_instance_id(log) == expected
