@@ -19,6 +19,7 @@ import pytest
 
 from deploy_suite import yamlio
 from deploy_suite.access.kube import DGD
+from deploy_suite.access.resources import Resource
 from deploy_suite.fixtures.experiments.make_experiment import stage_candidate
 from deploy_suite.offline.kind.provider import KindProvider
 from fixtures.kind import started_kind_cluster
@@ -27,6 +28,8 @@ from tests.support.targets import SAMPLE_SUPPORT, Target, admin_target
 
 pytestmark = [pytest.mark.kind, pytest.mark.matrix]
 
+WEBHOOKS = Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", False,
+                    "ValidatingWebhookConfiguration")
 LAYOUT = Path(__file__).with_name("data") / "one-h200.yaml"
 TIMEOUTS = {"readiness_no_progress_s": 300.0, "readiness_s": 900.0}
 
@@ -54,7 +57,7 @@ def test_the_sample_on_the_pre_1_0_profile_ends_ready_and_iteration_1_retires_it
     target = pre_1_0_target
     assert pre_1_0_cluster.info().operator == "0.9"
     # No admission webhook in this generation: nothing registers vdynamographdeployment.kb.io.
-    hooks = target.kube.list_items("ValidatingWebhookConfiguration", None)[0]
+    hooks = target.kube.list_items(WEBHOOKS, None)[0]
     assert not [h for h in hooks if "dynamographdeployment" in str(h)], hooks
     exp = target.experiment(support={"model-cache": SAMPLE_SUPPORT / "model-cache.yaml"}, timeouts=TIMEOUTS)
     first = target.run(exp)
