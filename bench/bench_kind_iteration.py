@@ -10,7 +10,9 @@ running the mocker behind ``python3 -m dynamo.vllm`` (its image pulled from the 
 on the first run of a node); on kwok a Stage plays the kubelet and the mocker runs on this machine.
 
 Measured per run: the wall time of the ``pytest --iter=0`` process, and the ledger's step 5 to 7
-durations. Prints one JSON line and a table; the figures go to docs/performance.md ("The kind
+durations; on kind also the cluster's memory while the DGD serves (the node containers' memory as
+Docker's cgroups count it, their pods' included, plus the RSS of the provider's processes here:
+bench_kind.py's readings). Prints one JSON line and a table; the figures go to docs/performance.md ("The kind
 provider"). The first kind run of a node includes its image pull (reported apart as ``first``).
 """
 
@@ -22,11 +24,13 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bench_kind import host_rss_bytes, node_memory_bytes
 from deploy_suite.access.kube import Kube
 from deploy_suite.fixtures.cluster import admin_prerequisites
 from deploy_suite.offline.cluster import OfflineCluster
@@ -38,7 +42,8 @@ RECIPE = Path(__file__).resolve().parent.parent / "tests" / "kind" / "data" / "d
 STEPS = ("step5_apply", "step6_readiness", "step7_smoke")
 
 
-def one_run(kube: Kube, context: str, kubeconfig: str, work: Path, index: int) -> dict[str, Any]:
+def one_run(kube: Kube, context: str, kubeconfig: str, work: Path, index: int,
+            measure: Callable[[], dict[str, int]] | None = None) -> dict[str, Any]:
     namespace = f"bki-{index}"
     admin_prerequisites(kube, namespace, "placeholder-not-a-real-token")
     kube.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "model-cache"},
@@ -51,7 +56,7 @@ def one_run(kube: Kube, context: str, kubeconfig: str, work: Path, index: int) -
         ledger = run.ledger()
         steps = {s["name"]: s.get("duration_s") for s in ledger.get("steps") or [] if s.get("name") in STEPS}
         return {"status": ledger["status"], "wall_s": round(wall, 2), "steps_s": steps,
-                "smoke_success": (ledger.get("smoke") or {}).get("success")}
+                "smoke_success": (ledger.get("smoke") or {}).get("success"), **(measure() if measure else {})}
     finally:
         kube.delete("Namespace", namespace)
 
@@ -59,8 +64,15 @@ def one_run(kube: Kube, context: str, kubeconfig: str, work: Path, index: int) -
 def provider_runs(cluster: OfflineCluster | KindProvider, runs: int, work: Path, keep: bool) -> list[dict[str, Any]]:
     info = cluster.up()
     kube = cluster.kube()
+
+    def memory() -> dict[str, int]:  # the DGD still up: its pods count
+        assert isinstance(cluster, KindProvider)
+        nodes, here = node_memory_bytes(cluster.name) >> 20, host_rss_bytes(cluster) >> 20
+        return {"node_memory_mib": nodes, "host_rss_mib": here, "total_mib": nodes + here}
+
+    measure = memory if isinstance(cluster, KindProvider) else None
     try:
-        return [one_run(kube, info.context, info.kubeconfig, work, i) for i in range(runs)]
+        return [one_run(kube, info.context, info.kubeconfig, work, i, measure) for i in range(runs)]
     finally:
         kube.close()
         if not keep:
@@ -94,6 +106,8 @@ def main() -> None:
         last = s["runs"][-1]["steps_s"] if s["runs"] else {}
         print(f"{label:8} {s['ready']:6} {s['first_wall_s']:>9}s {s['median_wall_s']:>7}s  "
               f"{'/'.join(str(last.get(k)) for k in STEPS)}")
+    peak = max((r.get("total_mib", 0) for r in out["kind"]["runs"]), default=0)
+    print(f"kind cluster's memory with the DGD serving: at most {peak} MiB (node containers + provider processes)")
 
 
 if __name__ == "__main__":
