@@ -46,12 +46,25 @@ omitStages: ["RequestReceived"]
 rules:
   - level: Metadata
 """
+# One controller manager and one scheduler, and nothing restarts them: with leader election (their
+# default) each exits once it cannot renew its lease through an apiserver outage longer than the
+# renew deadline (10 s; "leaderelection lost/stopped"), which a kubelet would restart on a real
+# control plane but nothing does here, so every later Job, Deployment and pod would hang.
 KWOKCTL_CONFIG = """\
 kind: KwokctlConfiguration
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 options:
   runtime: binary
   bindAddress: 127.0.0.1
+componentsPatches:
+- name: kube-controller-manager
+  extraArgs:
+  - key: leader-elect
+    value: "false"
+- name: kube-scheduler
+  extraArgs:
+  - key: leader-elect
+    value: "false"
 """
 
 Log = Callable[[str], None]
@@ -443,14 +456,15 @@ class OfflineCluster:
 
     # ------------------------------------------------------------------ restart (fault injection)
     def restart_component(self, name: str, timeout: float = 90.0, hard: bool = False,
-                          grace: float = 5.0) -> restart.ComponentRestart:
+                          grace: float = 5.0, hold: float = 0.0) -> restart.ComponentRestart:
         """Stop one of this cluster's processes and start it again exactly as it ran.
 
         ``name`` is a file stem under ``pids/``: ``etcd``, ``kube-apiserver``,
         ``kube-controller-manager``, ``kube-scheduler``, ``kwok-controller`` (or
         ``deploy-suite-controllers``). The command line, working directory, environment and log
         redirection are read from ``/proc/<pid>`` before the process is stopped (SIGTERM, then
-        SIGKILL after ``grace`` seconds; ``hard=True`` sends SIGKILL at once, a crash), the new pid is
+        SIGKILL after ``grace`` seconds; ``hard=True`` sends SIGKILL at once, a crash), kept down ``hold``
+        more seconds, the new pid is
         written to ``pids/<name>.pid``, and the call returns once the component's health endpoint and
         the apiserver's ``/readyz`` answer ``ok``. The outage is measured from the stop signal to that.
 
@@ -458,12 +472,21 @@ class OfflineCluster:
         period; while the port is free, a cluster being created by someone else (kwokctl hands out
         the highest free ports) can take it, and the restart then fails naming the bind error.
         """
-        pid = self._own_live_pids().get(name)
+        before = self._own_live_pids()
+        pid = before.get(name)
         if pid is None:
             raise ClusterError(f"cluster {self.name} has no running {name} process (known: "
                                f"{', '.join(sorted(self._pids())) or 'none'}); fix: `deploy-suite cluster up "
                                f"--name {self.name}`")
-        return restart.restart(self.dir, name, pid, self._apiserver_probe(), timeout=timeout, hard=hard, grace=grace)
+        done = restart.restart(self.dir, name, pid, self._apiserver_probe(), timeout=timeout,
+                               stop=restart.Stop(hard, grace, hold))
+        # A fault of one component must not silently take another with it (the cluster would look up
+        # while every later test hung): name what died meanwhile.
+        died = sorted(k for k, p in before.items() if k != name and not procs.alive(p))
+        if died:
+            raise ClusterError(f"cluster {self.name}: {', '.join(died)} exited while {name} restarted "
+                               f"({done.outage_s:.1f}s out); see {self.dir / 'logs'}")
+        return done
 
     def _kwok_access(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The cluster and user entries of the kubeconfig kwokctl wrote (server, CA, client cert)."""

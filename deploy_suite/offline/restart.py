@@ -133,13 +133,23 @@ def _insecure_local() -> ssl.SSLContext:
     return ctx
 
 
-def restart(cluster_dir: Path, name: str, pid: int, apiserver_ready: Probe, *, timeout: float, hard: bool,
-            grace: float) -> ComponentRestart:
-    """Stop ``pid`` (the cluster's ``name`` process) and start it again; see the module docstring.
+@dataclass(frozen=True)
+class Stop:
+    """How a component goes down: SIGTERM, then SIGKILL after ``grace`` seconds (``hard``: SIGKILL at
+    once, a crash); it then stays down ``hold`` more seconds (a slow comeback)."""
 
-    SIGTERM, then SIGKILL after ``grace`` seconds (``hard`` sends SIGKILL at once, a crash); the new
-    pid is written to ``pids/<name>.pid``. The outage is measured from the stop signal to healthy.
+    hard: bool = False
+    grace: float = 5.0
+    hold: float = 0.0
+
+
+def restart(cluster_dir: Path, name: str, pid: int, apiserver_ready: Probe, *, timeout: float,
+            stop: Stop) -> ComponentRestart:
+    """Stop ``pid`` (the cluster's ``name`` process) as ``stop`` says and start it again; see the
+    module docstring. The new pid is written to ``pids/<name>.pid``. The outage is measured from the
+    stop signal to healthy.
     """
+    hard, grace, hold = stop.hard, stop.grace, stop.hold
     snap = snapshot(pid)
     stopped_at = clock.monotonic()
     procs.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
@@ -148,7 +158,9 @@ def restart(cluster_dir: Path, name: str, pid: int, apiserver_ready: Probe, *, t
         if not procs.wait_exit(pid, 10.0):
             raise ClusterError(f"{name} (pid {pid}) did not exit after SIGKILL")
     down_at = clock.monotonic()
-    deadline = stopped_at + timeout
+    if hold > 0:
+        clock.sleep(hold)
+    deadline = stopped_at + hold + timeout
     probes = [apiserver_ready]
     own = snap.health_url(name)
     if own is not None and name != "kube-apiserver":

@@ -119,6 +119,17 @@ def test_a_job_reaches_complete(cluster_kube: Kube, scratch_namespace: str) -> N
     assert "Complete" in state.description
 
 
+def test_the_controllers_outlive_an_apiserver_outage_longer_than_their_lease(offline_cluster: OfflineCluster,
+                                                                             cluster_kube: Kube,
+                                                                             scratch_namespace: str) -> None:
+    """An apiserver slow to come back (as on a loaded machine) past the 10 s renew deadline of a
+    leader lease: the controller manager and scheduler ride it out (``restart_component`` names any
+    that exited meanwhile), and a Job still completes afterwards."""
+    done = offline_cluster.restart_component("kube-apiserver", hard=True, hold=12.0)
+    assert done.outage_s >= 12.0
+    test_a_job_reaches_complete(cluster_kube, scratch_namespace)
+
+
 @pytest.mark.parametrize(("storage_class", "mode", "size"), [
     ("standard", "ReadWriteMany", "2Ti"),
     ("local-wffc", "ReadWriteOnce", "500Gi"),
