@@ -4,10 +4,14 @@ mapping (labels, taints, GPUs), each node's CNI configuration and routes. No Doc
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 from deploy_suite.constants import GPU_PRODUCT_LABEL
 from deploy_suite.offline import pools
-from deploy_suite.offline.kind import config, nodeimage
+from deploy_suite.offline.errors import ClusterError
+from deploy_suite.offline.kind import config, nodeimage, tools
 
 
 def test_one_worker_per_pool_node_and_a_control_plane_all_mounting_the_shared_directory() -> None:
@@ -28,12 +32,21 @@ def test_the_kubelet_is_allowed_on_cgroup_v1_with_every_image() -> None:
         assert any("KubeletConfiguration" in p and "failCgroupV1: false" in p for p in patches)
 
 
-def test_our_image_skips_coredns_and_names_its_own_etcd_tag_a_stock_image_neither() -> None:
+def test_our_image_names_its_own_etcd_tag_and_runs_kubeadms_coredns_phase_a_stock_image_patches_neither() -> None:
     layout = pools.load("default")
     ours = "\n".join(config.kind_config(layout, "/s", built_here=True)["kubeadmConfigPatches"])
     stock = "\n".join(config.kind_config(layout, "/s", built_here=False)["kubeadmConfigPatches"])
-    assert "addon/coredns" in ours and f'imageTag: "{nodeimage.ETCD_TAG}"' in ours
-    assert "coredns" not in stock and "imageTag" not in stock
+    assert f'imageTag: "{nodeimage.ETCD_TAG}"' in ours and "- preflight" in ours
+    assert "coredns" not in ours  # the addon phase runs: the image holds kubeadm's CoreDNS
+    assert "skipPhases" not in stock and "imageTag" not in stock
+
+
+def test_pods_are_refused_service_addresses_kube_proxy_has_not_rewritten_in_the_configured_subnet() -> None:
+    doc = config.kind_config(pools.load("default"), "/s", built_here=True)
+    assert doc["networking"]["serviceSubnet"] == config.SERVICE_SUBNET == "10.96.0.0/16"  # kube-dns: .10
+    guard = config.service_guard()
+    rule = f"FORWARD -d {config.SERVICE_SUBNET} -j REJECT"
+    assert guard == f"iptables -C {rule} 2>/dev/null || iptables -I {rule}"  # checked first: once per node
 
 
 def test_workers_are_named_as_kind_names_them() -> None:
@@ -68,12 +81,35 @@ def test_routes_lead_to_every_other_nodes_pod_cidr_through_that_node() -> None:
     assert config.routes("b", cidrs, addresses) == [("10.244.0.0/24", "172.20.0.2"), ("10.244.2.0/24", "172.20.0.4")]
 
 
-def test_component_images_cover_kubeadms_list_with_our_etcd_tag_and_no_coredns() -> None:
+def test_component_images_cover_kubeadms_list_with_our_etcd_tag_and_coredns_under_kubeadms_tag() -> None:
     listed = ["registry.k8s.io/kube-apiserver:v1.36.1", "registry.k8s.io/kube-proxy:v1.36.1",
               "registry.k8s.io/coredns/coredns:v1.14.2", "registry.k8s.io/pause:3.10.2",
               "registry.k8s.io/etcd:3.6.8-0"]
     images = {c.ref: c for c in nodeimage.component_images(listed)}
     assert set(images) == {"registry.k8s.io/kube-apiserver:v1.36.1", "registry.k8s.io/kube-proxy:v1.36.1",
-                           "registry.k8s.io/pause:3.10.2", f"registry.k8s.io/etcd:{nodeimage.ETCD_TAG}"}
+                           "registry.k8s.io/coredns/coredns:v1.14.2", "registry.k8s.io/pause:3.10.2",
+                           f"registry.k8s.io/etcd:{nodeimage.ETCD_TAG}"}
     assert images["registry.k8s.io/kube-proxy:v1.36.1"].debian  # it needs iptables
     assert not images["registry.k8s.io/kube-apiserver:v1.36.1"].debian
+    coredns = images["registry.k8s.io/coredns/coredns:v1.14.2"]
+    assert coredns.binary == "coredns" and not coredns.debian
+    assert "coredns" in nodeimage.AT_ROOT  # kubeadm's Deployment gives args only, to the entrypoint /coredns
+
+
+def test_a_coredns_tag_other_than_the_one_built_is_refused() -> None:
+    with pytest.raises(ClusterError, match="COREDNS_VERSION"):
+        nodeimage.component_images(["registry.k8s.io/coredns/coredns:v1.99.0"])
+
+
+def test_the_coredns_module_pins_the_version_kubeadm_names_and_only_the_corefiles_plugins() -> None:
+    gomod = (tools.COREDNS_MODULE / "go.mod").read_text()
+    assert f"github.com/coredns/coredns {tools.COREDNS_VERSION}\n" in gomod
+    main = (tools.COREDNS_MODULE / "main.go").read_text()
+    plugins = set(re.findall(r'"github.com/coredns/coredns/plugin/(\w+)"', main))
+    # kubeadm v1.36's Corefile (docs/offline-cluster.md, "The kind provider"); `prometheus` is plugin/metrics.
+    assert plugins == {"errors", "health", "ready", "kubernetes", "metrics", "forward", "cache", "loop", "reload",
+                       "loadbalance"}
+    directives = re.findall(r'^\t"(\w+)",$', main.split("var directives")[1].split("}")[0], re.MULTILINE)
+    # CoreDNS's own execution order, our plugins only.
+    assert directives == ["reload", "ready", "health", "prometheus", "errors", "loadbalance", "cache", "kubernetes",
+                          "loop", "forward"]

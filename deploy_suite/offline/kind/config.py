@@ -17,6 +17,7 @@ from deploy_suite.offline.kind.nodeimage import ETCD_TAG
 
 SHARED_MOUNT = "/var/lib/deploy-suite/pv"  # where the controllers' provisioner puts hostPath volumes
 POD_SUBNET = "10.244.0.0/16"
+SERVICE_SUBNET = "10.96.0.0/16"  # kind's default, named here so each node's service_guard matches it
 POOL_NODE_LABEL = "deploy-suite.local/node"  # the pool node a kind worker plays
 # kwok's own and the kubelet's: never copied from the kwok node manifest.
 _NOT_COPIED = ("type", "kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch")
@@ -51,15 +52,17 @@ def worker_roles(cluster: str, layout: pools.Layout) -> list[WorkerRole]:
 def kind_config(layout: pools.Layout, shared_dir: str, built_here: bool) -> dict[str, Any]:
     """kind's ``Cluster`` document: one control plane, one worker per pool node.
 
-    ``built_here`` is our node image (no CoreDNS image, etcd tagged with its own version); a stock
-    ``kindest/node`` image has both and needs neither patch.
+    ``built_here`` is our node image, whose etcd carries its own version and for which kubeadm's
+    preflight phase is skipped; a stock ``kindest/node`` image needs neither patch. Both run
+    kubeadm's ``addon/coredns`` phase: our image holds CoreDNS under kubeadm's own tag, and pods
+    resolve Service names through it (the kubelet's ``clusterDNS``, kubeadm's default 10.96.0.10).
     """
     mounts = [{"hostPath": shared_dir, "containerPath": SHARED_MOUNT}]
     # Kubernetes 1.35 and later refuse cgroup v1 hosts unless the kubelet allows it.
     patches = ["kind: KubeletConfiguration\nfailCgroupV1: false\n"]
     if built_here:
         patches.append(f"kind: ClusterConfiguration\netcd:\n  local:\n    imageTag: \"{ETCD_TAG}\"\n")
-        patches.append("kind: InitConfiguration\nskipPhases:\n  - preflight\n  - addon/coredns\n")
+        patches.append("kind: InitConfiguration\nskipPhases:\n  - preflight\n")
     return {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
@@ -68,6 +71,7 @@ def kind_config(layout: pools.Layout, shared_dir: str, built_here: bool) -> dict
             "disableDefaultCNI": True,        # no kindnetd image: configure_cni writes the CNI files
             "kubeProxyMode": "iptables",
             "podSubnet": POD_SUBNET,
+            "serviceSubnet": SERVICE_SUBNET,
         },
         "kubeadmConfigPatches": patches,
         "nodes": [{"role": "control-plane", "extraMounts": mounts}]
@@ -87,6 +91,16 @@ def cni_conflist(pod_cidr: str) -> str:
             {"type": "portmap", "capabilities": {"portMappings": True}},
         ],
     }, indent=2)
+
+
+def service_guard() -> str:
+    """A node's shell command (idempotent) refusing pod traffic to a Service address that
+    kube-proxy has not rewritten. Sent out through Docker's gateway instead, the first connection
+    of a pod started before kube-proxy's rules leaves a conntrack entry the rules never rewrite,
+    and the client waits out its dial timeout: CoreDNS reached the API server 30 s late
+    (docs/offline-cluster.md, "The kind provider"). Refused, it is retried at once."""
+    rule = f"FORWARD -d {SERVICE_SUBNET} -j REJECT"
+    return f"iptables -C {rule} 2>/dev/null || iptables -I {rule}"
 
 
 def routes(node: str, pod_cidrs: dict[str, str], addresses: dict[str, str]) -> list[tuple[str, str]]:

@@ -6,9 +6,9 @@ No registry is reachable, so every image a kind cluster runs is made on this mac
    the CNI plugins, iptables and the other tools a node needs, plus our files (``files/``): the
    entrypoint, the kubelet's units, containerd's configuration;
 2. the component images kubeadm asks for (``kubeadm config images list``): the API server,
-   controller manager, scheduler and etcd as one static binary each on an empty root, kube-proxy
-   on the Debian root (it needs iptables), and the pause image; CoreDNS is not built (kubeadm's
-   ``addon/coredns`` phase is skipped, docs/offline-cluster.md);
+   controller manager, scheduler, etcd, pause and CoreDNS as one static binary each on an empty
+   root, kube-proxy on the Debian root (it needs iptables); each under the name kubeadm expects, so
+   nothing is pulled (docs/offline-cluster.md, "The kind provider");
 3. the node image: the root file system with kubelet, kubeadm, kubectl in ``/usr/bin``,
    ``/kind/version`` and the component images imported into its containerd, committed with the
    entrypoint, the way kind's own node images are laid out.
@@ -33,7 +33,7 @@ from deploy_suite import clock
 from deploy_suite.offline import binaries, procs
 from deploy_suite.offline.errors import ClusterError
 from deploy_suite.offline.kind import docker
-from deploy_suite.offline.kind.tools import FILES, Tools
+from deploy_suite.offline.kind.tools import COREDNS_VERSION, FILES, Tools
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -58,6 +58,9 @@ NODE_FILES = (  # files/<name> -> where the node image holds it
     ("crictl.yaml", "/etc/crictl.yaml"), ("sysctl.conf", "/etc/sysctl.d/10-deploy-suite.conf"),
     ("default-storage.yaml", "/kind/manifests/default-storage.yaml"),
 )
+# Programs their images run from the root: the runtime starts the sandbox as /pause, and kubeadm's
+# CoreDNS Deployment gives only arguments (`-conf /etc/coredns/Corefile`) to the entrypoint /coredns.
+AT_ROOT = ("pause", "coredns")
 Log = Callable[[str], None]
 
 
@@ -124,13 +127,17 @@ class ComponentImage:
 
 
 def component_images(kubeadm_list: list[str]) -> list[ComponentImage]:
-    """What to build for each image kubeadm names (CoreDNS excepted: its addon phase is skipped)."""
+    """What to build for each image kubeadm names."""
     found: list[ComponentImage] = []
     for ref in kubeadm_list:
         repo = ref.rsplit(":", 1)[0].rsplit("/", 1)[-1]
         if repo == "coredns":
-            continue
-        if repo == "etcd":
+            tag = ref.rsplit(":", 1)[-1]
+            if tag != COREDNS_VERSION:  # never a tag the binary inside does not match
+                raise ClusterError(f"kubeadm asks for {ref}, this build makes CoreDNS {COREDNS_VERSION}; fix: set "
+                                   "tools.COREDNS_VERSION and the version in deploy_suite/offline/kind/coredns/go.mod")
+            found.append(ComponentImage(ref, "coredns", False))
+        elif repo == "etcd":
             found.append(ComponentImage(f"{ref.rsplit(':', 1)[0]}:{ETCD_TAG}", "etcd", False))
         elif repo == "pause":
             found.append(ComponentImage(ref, "pause", False))
@@ -171,6 +178,8 @@ def node_image_key(tools: Tools, rootfs: Path, images: list[ComponentImage]) -> 
 
 
 def _binary_path(tools: Tools, control: binaries.BinarySet, name: str) -> Path:
+    if name == "coredns":
+        return tools.coredns
     node = tools.node(name)
     return node if node.exists() else control.path(name)
 
@@ -218,18 +227,17 @@ def _base_image(rootfs: Path, log: Log) -> str:
 
 
 def _program_image(src: Path, ref: str, work: Path) -> None:
-    """An image of one static program at /usr/local/bin (the name kubeadm's manifests call)."""
+    """An image of one static program at /usr/local/bin (the name kubeadm's manifests call), or
+    at the root for ``AT_ROOT``'s, which is also the image's entrypoint."""
     root = work / f"root-{src.name}"
     (root / "usr" / "local" / "bin").mkdir(parents=True)
     (root / "etc").mkdir()
     (root / "tmp").mkdir()
-    shutil.copy2(src, root / "usr" / "local" / "bin" / src.name)
+    program = f"/{src.name}" if src.name in AT_ROOT else f"/usr/local/bin/{src.name}"
+    shutil.copy2(src, root / program.lstrip("/"))
     (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534::/:/sbin/nologin\n")
     (root / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
-    entry = [f"/usr/local/bin/{src.name}"]
-    if src.name == "pause":  # the runtime starts the sandbox as /pause
-        shutil.copy2(src, root / "pause")
-        entry = ["/pause"]
+    entry = [program]
     tar = work / f"{src.name}.tar"
     subprocess.run(["tar", "--numeric-owner", "--owner=0", "--group=0", "-C", str(root), "-cf", str(tar), "."],
                    check=True)

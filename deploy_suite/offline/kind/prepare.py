@@ -2,7 +2,7 @@
 
 ``python -m deploy_suite.offline.kind.prepare`` is what ``make kind-images`` runs, and what the
 kind tests start in the background while the rest of the suite runs (``fixtures/kind.py``). The
-Go builds (kind, crictl, the node binaries) keep the CPU busy while the Debian root, the Dynamo
+Go builds (kind, crictl, the node binaries, CoreDNS) keep the CPU busy while the Debian root, the Dynamo
 image and the support Jobs' Python image mostly wait on Debian's mirror and PyPI, so they run side
 by side (the two images once the Debian root is imported, so it is imported once); the node image
 needs the Go builds and the root. Every ensure function takes its own file lock, so a second caller

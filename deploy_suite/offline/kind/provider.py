@@ -5,14 +5,16 @@ One control-plane node and one worker per pool node, from the node image built h
 own Docker network ``deploy-suite-<name>``, the API server published on 127.0.0.1. After kind
 has created the nodes, ``up``:
 
-1. writes each node's CNI configuration and the routes between nodes' pod CIDRs (no kindnetd);
+1. writes each node's CNI configuration and the routes between nodes' pod CIDRs (no kindnetd),
+   and refuses pod traffic to Service addresses kube-proxy has not rewritten (``config.service_guard``);
 2. makes worker i the layout's pool node i: its labels (GPU Feature Discovery's included), taints,
    and ``nvidia.com/gpu`` advertised in the node's status as an extended resource;
 3. installs the operator replica's CRDs and webhooks (as ``cluster.py`` does for kwok) and starts
    the controllers process (operator replica, storage provisioner, webhooks) on this machine with
    ``--no-serving``: pods are real containers here, nothing is served by local processes;
 4. relays the webhooks' 127.0.0.1 port into the control-plane node (``relay.py``) and points every
-   node's containerd at a registry of ours for the registries DGDs name (``registry.py``).
+   node's containerd at a registry of ours for the registries DGDs name (``registry.py``);
+5. waits for kubeadm's CoreDNS Deployment to be available, so pods resolve Service names.
 
 State lives under ``~/.cache/deploy-suite/kind/clusters/<name>``; its marker names the provider,
 so ``status`` and ``down`` find it. ``down`` removes only this cluster's containers, their
@@ -283,6 +285,7 @@ class KindProvider:
         self._start_relay(gateway)
         self._start_registry(gateway)
         self._ensure_controllers()
+        self._wait_dns(kube, timeout)  # last: CoreDNS starts while the steps above run
 
     # ------------------------------------------------------------------ nodes
     def _node_addresses(self) -> dict[str, str]:
@@ -306,6 +309,7 @@ class KindProvider:
             clock.sleep(1.0)
         addresses = self._node_addresses()
         for node, cidr in sorted(cidrs.items()):
+            docker.exec_in(node, "sh", "-c", config.service_guard())  # before any pod can start
             docker.exec_in(node, "sh", "-c", "mkdir -p /etc/cni/net.d && cat > /etc/cni/net.d/10-deploy-suite.conflist",
                            input_bytes=config.cni_conflist(cidr).encode())
             for other_cidr, via in config.routes(node, cidrs, addresses):
@@ -324,6 +328,25 @@ class KindProvider:
             kube.wait_for(Watch("Node"), all_ready, awaited="all kind nodes Ready", timeout=timeout)
         except WaitTimeout as exc:
             raise ClusterError(f"{exc}; fix: see `docker exec <node> journalctl -u kubelet`") from exc
+
+    def _wait_dns(self, kube: Kube, timeout: float) -> None:
+        """kubeadm's CoreDNS Deployment is Available (a ready replica answers the kube-dns Service),
+        so pods resolve Service names once ``up`` returns (docs/offline-cluster.md, "The kind
+        provider")."""
+        def available(objs: dict[str, Obj]) -> tuple[bool, str]:
+            dep = next(iter(objs.values()), None) or {}
+            status = dep.get("status") or {}
+            done = any(c.get("type") == "Available" and c.get("status") == "True"
+                       for c in status.get("conditions") or [])
+            wanted = (dep.get("spec") or {}).get("replicas")
+            return done, f"CoreDNS {int(status.get('readyReplicas') or 0)}/{wanted} ready"
+
+        try:
+            kube.wait_for(Watch("Deployment", "kube-system", "coredns"), available, awaited="CoreDNS available",
+                          timeout=timeout)
+        except WaitTimeout as exc:
+            raise ClusterError(f"{exc}; fix: see `kubectl -n kube-system describe pods -l k8s-app=kube-dns` "
+                               f"(context {self.context})") from exc
 
     def _play(self, kube: Kube, role: config.WorkerRole) -> None:
         """Worker ``role.node`` plays pool node ``role.pool_node``: labels, taints, GPUs."""

@@ -2,14 +2,17 @@
 
 kind and crictl are pinned (``KIND_VERSION``, ``CRICTL_VERSION``) and installed with ``go install``;
 the node's kubelet, kubeadm, kubectl and kube-proxy come from the same Go wrapper module as the control plane
-(``deploy_suite/offline/gomod``, see ``binaries.py``), and the pod sandbox's ``pause`` from
-``files/pause.go``. Each set lives in a directory named by its versions under
+(``deploy_suite/offline/gomod``, see ``binaries.py``), the pod sandbox's ``pause`` from
+``files/pause.go``, and CoreDNS (``COREDNS_VERSION``, the version kubeadm names) from our own small
+module ``coredns/``: CoreDNS as a library with only the plugins kubeadm's Corefile uses. Each set
+lives in a directory named by its versions (CoreDNS's also by the hash of its module's files) under
 ``~/.cache/deploy-suite/bin/`` and appears complete or not at all (built in a staging directory,
 then renamed), so a second ``cluster up`` reuses it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -23,7 +26,11 @@ from deploy_suite.offline.errors import ClusterError
 
 KIND_VERSION = "v0.33.0"
 CRICTL_VERSION = "v1.37.0"  # cri-tools: `crictl` inside the nodes, as on kind's own images
+# kubeadm v1.36.1's CoreDNS (`kubeadm config images list`); coredns/go.mod requires the same.
+COREDNS_VERSION = "v1.14.2"
 FILES = Path(__file__).with_name("files")
+COREDNS_MODULE = Path(__file__).with_name("coredns")
+COREDNS_FILES = ("go.mod", "go.sum", "main.go")
 NODE_BINARIES: tuple[binaries.Binary, ...] = tuple(
     binaries.Binary(name, f"k8s.io/kubernetes/cmd/{name}", "")
     for name in ("kubeadm", "kubectl", "kubelet", "kube-proxy"))
@@ -36,6 +43,7 @@ class Tools:
     kind: Path
     node_bin: Path  # kubeadm, kubectl, kubelet, kube-proxy, pause
     crictl: Path
+    coredns: Path
 
     def node(self, name: str) -> Path:
         return self.node_bin / name
@@ -51,6 +59,13 @@ def crictl_dir() -> Path:
 
 def node_bin_dir() -> Path:
     return binaries.cache_root() / "bin" / f"node-k8s-{binaries.KUBERNETES_VERSION}"
+
+
+def coredns_dir() -> Path:
+    h = hashlib.sha256()
+    for name in COREDNS_FILES:  # our main and its pinned module graph: a change rebuilds
+        h.update((COREDNS_MODULE / name).read_bytes())
+    return binaries.cache_root() / "bin" / f"coredns-{COREDNS_VERSION}-{h.hexdigest()[:12]}"
 
 
 def _complete(directory: Path, names: list[str]) -> bool:
@@ -106,8 +121,29 @@ def _build_pause(staging: Path, log: Log) -> None:
     log("built pause")
 
 
+def _build_coredns(staging: Path, log: Log) -> None:
+    """CoreDNS from ``coredns/`` (readonly: the module graph is pinned), static and stripped."""
+    work = Path(tempfile.mkdtemp(prefix="coredns-", dir=staging.parent))
+    started = clock.monotonic()
+    try:
+        for name in COREDNS_FILES:
+            shutil.copy2(COREDNS_MODULE / name, work / name)
+        log(f"building CoreDNS {COREDNS_VERSION} (kubeadm's Corefile plugins only) ...")
+        ldflags = f"-s -w -X github.com/coredns/coredns/coremain.GitCommit=deploy-suite-{COREDNS_VERSION}"
+        done = procs.run([binaries.go_binary(), "build", "-trimpath", "-ldflags", ldflags, "-o",
+                          str(staging / "coredns"), "."],
+                         cwd=work, env={**_go_env(), "GOFLAGS": "-mod=readonly"}, tied=True, every=30.0,
+                         heartbeat=lambda: log(f"  still building CoreDNS ... [{clock.monotonic() - started:.0f}s]"))
+        if done.returncode != 0:
+            raise ClusterError(f"go build of CoreDNS failed (exit {done.returncode}): {done.output[-1200:].strip()}; "
+                               "fix: check access to the Go module proxy (GOPROXY)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    log(f"built CoreDNS in {clock.monotonic() - started:.0f}s")
+
+
 def ensure_tools(log: Log = print) -> Tools:
-    """kind and the node binaries, from the cache or built now (minutes on a cold machine)."""
+    """kind, the node binaries and CoreDNS, from the cache or built now (minutes on a cold machine)."""
     kind = _staged(kind_dir(), ["kind"], lambda d: _go_install(d, f"sigs.k8s.io/kind@{KIND_VERSION}", log), log)
     crictl = _staged(crictl_dir(), ["crictl"],
                      lambda d: _go_install(d, f"sigs.k8s.io/cri-tools/cmd/crictl@{CRICTL_VERSION}", log), log)
@@ -123,4 +159,5 @@ def ensure_tools(log: Log = print) -> Tools:
         _build_pause(staging, log)
 
     node = _staged(node_bin_dir(), [b.name for b in NODE_BINARIES] + ["pause"], fill_node, log)
-    return Tools(kind=kind / "kind", node_bin=node, crictl=crictl / "crictl")
+    coredns = _staged(coredns_dir(), ["coredns"], lambda d: _build_coredns(d, log), log)
+    return Tools(kind=kind / "kind", node_bin=node, crictl=crictl / "crictl", coredns=coredns / "coredns")
