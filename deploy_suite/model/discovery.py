@@ -13,14 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from deploy_suite.constants import DGD_GROUP
-
 Obj = dict[str, Any]
 
 KIND = "DynamoWorkerMetadata"
 PLURAL = "dynamoworkermetadatas"
-GROUP = DGD_GROUP
-VERSION = "v1alpha1"
 GENERATE = "generate"  # the endpoint a worker serves inference on (and the direct router targets)
 
 

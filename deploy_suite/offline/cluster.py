@@ -463,10 +463,10 @@ class OfflineCluster:
         ``kube-controller-manager``, ``kube-scheduler``, ``kwok-controller`` (or
         ``deploy-suite-controllers``). The command line, working directory, environment and log
         redirection are read from ``/proc/<pid>`` before the process is stopped (SIGTERM, then
-        SIGKILL after ``grace`` seconds; ``hard=True`` sends SIGKILL at once, a crash), kept down ``hold``
-        more seconds, the new pid is
-        written to ``pids/<name>.pid``, and the call returns once the component's health endpoint and
-        the apiserver's ``/readyz`` answer ``ok``. The outage is measured from the stop signal to that.
+        SIGKILL after ``grace`` seconds; ``hard=True`` sends SIGKILL at once, a crash) and kept down
+        ``hold`` more seconds; the new pid is written to ``pids/<name>.pid``, and the call returns once
+        the component's health endpoint and the apiserver's ``/readyz`` answer ``ok``. The outage is
+        measured from the stop signal to that.
 
         The apiserver closes its listener at once on SIGTERM but may drain for its whole grace
         period; while the port is free, a cluster being created by someone else (kwokctl hands out

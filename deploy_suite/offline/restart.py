@@ -149,18 +149,17 @@ def restart(cluster_dir: Path, name: str, pid: int, apiserver_ready: Probe, *, t
     module docstring. The new pid is written to ``pids/<name>.pid``. The outage is measured from the
     stop signal to healthy.
     """
-    hard, grace, hold = stop.hard, stop.grace, stop.hold
     snap = snapshot(pid)
     stopped_at = clock.monotonic()
-    procs.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
-    if not procs.wait_exit(pid, 0.0 if hard else grace):
+    procs.kill(pid, signal.SIGKILL if stop.hard else signal.SIGTERM)
+    if not procs.wait_exit(pid, 0.0 if stop.hard else stop.grace):
         procs.kill(pid, signal.SIGKILL)
         if not procs.wait_exit(pid, 10.0):
             raise ClusterError(f"{name} (pid {pid}) did not exit after SIGKILL")
     down_at = clock.monotonic()
-    if hold > 0:
-        clock.sleep(hold)
-    deadline = stopped_at + hold + timeout
+    if stop.hold > 0:
+        clock.sleep(stop.hold)
+    deadline = stopped_at + stop.hold + timeout
     probes = [apiserver_ready]
     own = snap.health_url(name)
     if own is not None and name != "kube-apiserver":

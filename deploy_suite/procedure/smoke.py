@@ -73,7 +73,7 @@ class Endpoint:
     target: str  # "svc/<name>" | "pod/<name>"
     port: int = 8000
     worker_instance_id: int | None = None
-    instance_source: str = ""  # where the id was read: "dynamoworkermetadata/<name>" or "log/<container>"
+    instance_source: str = ""  # where the id was read: "dynamoworkermetadatas/<name>" or "log/<container>"
 
     def as_dict(self) -> dict[str, Any]:
         found: dict[str, Any] = {"worker_instance_id": self.worker_instance_id}

@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     status.set("", health_pb2.HealthCheckResponse.SERVING)
     health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     health_pb2_grpc.add_HealthServicer_to_server(status, health_server)
+    # All addresses of the pod's own network namespace: the kubelet probes the pod's IP, on the
+    # kind cluster's own Docker network (docs/offline-cluster.md, "The EPP"), as the real EPP listens.
     health_server.add_insecure_port(f"0.0.0.0:{health_port}")
     picker = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     picker.add_insecure_port(f"0.0.0.0:{grpc_port}")
