@@ -293,17 +293,18 @@ class Kube:
                 return Resource(group, version, item["name"], bool(item.get("namespaced")), kind)
         raise NotFound(f"the server does not serve kind {kind} in {api_version}", status=404)
 
-    def group_resources(self, api_version: str) -> list[Obj]:
-        """The resources the server serves in one group/version (one request, cached); none when
-        the group/version is not served."""
-        if api_version not in self._group_resources:
+    def group_resources(self, api_version: str, fresh: bool = False) -> list[Obj]:
+        """The resources the server serves in one group/version (one request, cached; ``fresh`` asks
+        again); none when the group/version is not served. A group not served is not cached: a CRD
+        created meanwhile is served moments after it is Established, and a later call must see it."""
+        if fresh or api_version not in self._group_resources:
             group, _, version = api_version.rpartition("/")
             path = f"/apis/{group}/{version}" if group else f"/api/{version}"
             try:
                 doc = self._call("read", ["api-resources", f"--api-group={group}"], f"discover {api_version}",
                                  lambda: self._request("GET", path))
             except NotFound:
-                doc = {}
+                return []
             self._group_resources[api_version] = list(doc.get("resources") or [])
         return self._group_resources[api_version]
 

@@ -550,8 +550,11 @@ def read_nodes(info: ClusterInfo, kube: Callable[[], Kube], log: Log) -> Cluster
 
 
 def wait_established(kube: Kube, names: list[str], timeout: float) -> None:
-    """Wait until each CRD is Established, i.e. its REST endpoints serve (watch, not poll)."""
+    """Wait until each CRD is Established (watch, not poll) and discovery serves its kind in every
+    served version: the apiserver publishes a new group's discovery document asynchronously after
+    Established, and an object created in that gap is refused ("does not serve kind Queue")."""
     wanted = set(names)
+    deadline = clock.monotonic() + timeout
 
     def established(objs: dict[str, Obj]) -> tuple[bool, str]:
         done = {o["metadata"]["name"] for o in objs.values()
@@ -561,9 +564,22 @@ def wait_established(kube: Kube, names: list[str], timeout: float) -> None:
         return not missing, f"waiting for {', '.join(missing)}" if missing else "all Established"
 
     try:
-        kube.wait_for(Watch("CustomResourceDefinition"), established, awaited="CRDs Established", timeout=timeout)
+        seen = kube.wait_for(Watch("CustomResourceDefinition"), established, awaited="CRDs Established",
+                             timeout=timeout)
     except WaitTimeout as exc:
         raise ClusterError(f"{exc}; fix: see the kube-apiserver log") from exc
+    pending = {(f"{crd['spec']['group']}/{v['name']}", crd["spec"]["names"]["plural"])
+               for crd in seen.objects.values() if crd["metadata"]["name"] in wanted
+               for v in crd["spec"].get("versions") or [] if v.get("served")}
+
+    def discovered() -> bool | None:
+        pending.difference_update({(gv, plural) for gv, plural in list(pending)
+                                   if any(r.get("name") == plural for r in kube.group_resources(gv, fresh=True))})
+        return True if not pending else None
+
+    if procs.poll(discovered, max(0.1, deadline - clock.monotonic()), interval=0.05, cap=1.0) is None:
+        raise ClusterError(f"CRDs Established but not in discovery: {', '.join(sorted(gv for gv, _ in pending))}; "
+                           "fix: see the kube-apiserver log")
 
 
 # The node lifecycle controller taints a new node until it has seen it Ready; pods created before

@@ -210,3 +210,16 @@ def test_known_kinds_need_no_discovery_and_others_are_discovered_once(fake):
     assert len(api.requests) == 1 and records[0].command.endswith("api-resources --api-group=kwok.x-k8s.io")
     with pytest.raises(NotFound, match="does not serve kind Nope"):
         kube.resource("kwok.x-k8s.io/v1alpha1", "Nope")
+
+
+def test_a_group_not_yet_served_is_asked_again_and_fresh_reads_see_a_new_kind(fake):
+    api, kube, _ = fake
+    # A CRD's group is served moments after it is Established: a 404 then must not be remembered.
+    assert kube.group_resources("scheduling.run.ai/v2") == []
+    queue = Resource("scheduling.run.ai", "v2", "queues", False, "Queue")
+    api.served.append(queue)
+    assert kube.resource("scheduling.run.ai/v2", "Queue") == queue
+    # A group already cached lacks a kind added later unless asked fresh.
+    api.served.append(Resource("scheduling.run.ai", "v2", "bindrequests", True, "BindRequest"))
+    assert [r["name"] for r in kube.group_resources("scheduling.run.ai/v2")] == ["queues"]
+    assert [r["name"] for r in kube.group_resources("scheduling.run.ai/v2", fresh=True)] == ["queues", "bindrequests"]
