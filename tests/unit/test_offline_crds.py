@@ -51,5 +51,5 @@ def test_wait_established_waits_for_discovery_of_every_served_version(fake_clock
 
 def test_a_kind_discovery_never_serves_is_named(fake_clock: clock.FakeClock) -> None:
     kube = _LaggingDiscovery(lag=10**6)
-    with pytest.raises(ClusterError, match="Established but not in discovery: scheduling.run.ai/v2"):
+    with pytest.raises(ClusterError, match=r"Established but not in discovery: scheduling\.run\.ai/v2"):
         cluster.wait_established(kube, ["queues.scheduling.run.ai"], timeout=2)  # type: ignore[arg-type]
