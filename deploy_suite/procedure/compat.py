@@ -14,13 +14,14 @@ from typing import Any
 from deploy_suite import clock
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.constants import DGD_KIND
-from deploy_suite.errors import Forbidden
+from deploy_suite.errors import Forbidden, InputError
 from deploy_suite.judges import compat, sku
 from deploy_suite.model import patches
 from deploy_suite.model.dgd import Dgd
+from deploy_suite.procedure.workspace import STABLE_NAMES
 from deploy_suite.record.ledger import atomic_write_text
 from deploy_suite.vocab import BlockerClass
-from deploy_suite.yamlio import dump_all
+from deploy_suite.yamlio import dump_all, load_all
 
 # Storage classes that are clearly a recipe's placeholder. "" is none: it asks for a pre-provisioned
 # volume (Patcher._pre_provisioned).
@@ -215,3 +216,59 @@ class Patcher:
                               "only) and no Available PersistentVolume without a class can take it",
                               "create the PersistentVolume it should bind (or bind it first), or name a storage "
                               "class in the claim")
+
+
+# --------------------------------------------------------------------------------- handed over
+
+HANDED_FIX = ("hand over only Kubernetes-only changes (scheduling, tolerations, storage, metadata, registry); a "
+              "change to performance settings is a new candidate from hypothesis-challenger")
+
+
+def apply_handed(patch_file: Path | None, copies: Mapping[str, Path], recopied: set[str],
+                 earlier: list[Mapping[str, Any]], exp_root: Path) -> tuple[list[Patch], list[str]]:
+    """Step 1: the caller's ``--compat-patch`` (and, in a copy made again from its source, the
+    handed-over patches an earlier run recorded for it, in their order), applied in place to the
+    run-scoped copies ``copies`` (type -> path). Returns the patches to record and what was skipped.
+
+    A patch file already recorded for a copy that was kept is not applied twice (a rerun with the
+    same command is idempotent). A refused operation raises :class:`InputError` naming it, and no
+    copy is written."""
+    types = {name: kind for kind, name in STABLE_NAMES.items() if kind in copies}
+    todo: list[patches.Proposal] = []
+    for entry in earlier:
+        if entry.get("source") == patches.HANDED_OVER and Path(str(entry.get("file", ""))).name in recopied:
+            todo.append(patches.Proposal(
+                types[Path(str(entry["file"])).name], tuple(entry.get("operations") or ()), str(entry.get("reason")),
+                source=patches.HANDED_OVER, document=entry.get("document"),
+                patch_file=str(entry.get("patch_file") or ""), patch_sha256=str(entry.get("patch_sha256") or "")))
+    skipped: list[str] = []
+    if patch_file is not None:
+        name = f"--compat-patch {patch_file}"
+        proposal = patches.read_handed(patch_file, name, types)
+        shown = _rel(patch_file, exp_root)
+        proposal = patches.Proposal(proposal.file_type, proposal.operations, proposal.reason,
+                                    {"patch_file": shown}, patches.HANDED_OVER, proposal.document, shown,
+                                    proposal.patch_sha256)
+        done = any(e.get("patch_sha256") == proposal.patch_sha256 and Path(str(e.get("file", ""))).name
+                   == STABLE_NAMES[proposal.file_type] for e in earlier)
+        if done and STABLE_NAMES[proposal.file_type] not in recopied:
+            skipped.append(f"{shown}: already applied to {STABLE_NAMES[proposal.file_type]} (SHA-256 "
+                           f"{proposal.patch_sha256})")
+        elif not done:
+            todo.append(proposal)
+    made: list[Patch] = []
+    written: dict[str, list[Any]] = {}
+    for proposal in todo:
+        path = copies[proposal.file_type]
+        docs = written.get(proposal.file_type)
+        if docs is None:
+            docs = [d for d in load_all(path, _rel(path, exp_root)) if d]
+        try:
+            docs, changes = patches.apply(docs, proposal)
+        except patches.PatchRefused as exc:
+            raise InputError(f"--compat-patch {proposal.patch_file}", f"refused: {exc}", HANDED_FIX) from exc
+        written[proposal.file_type] = docs
+        made.append(Patch.of(_rel(path, exp_root), proposal, changes))
+    for kind, docs in written.items():
+        atomic_write_text(copies[kind], dump_all(docs))
+    return made, skipped

@@ -461,10 +461,26 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
                           summaries=summaries)
     for category, message, fix in spent.blockers:
         report.block(category, message, fix)
+    copies = {kind: sha256_file(path) for kind, path in run.manifests.items()}
+    unchanged = _unchanged_retry(run.carried.last_failure, copies, run.settings.retry_reason)
+    if unchanged is not None:
+        report.block(BlockerClass.INPUT, *unchanged)
     result = Preflight(report, run.settings.served_model or report.served_model, report.frontend_service,
-                       live_names, run.current or STEP, spent.as_dict(),
-                       {kind: sha256_file(path) for kind, path in run.manifests.items()})
+                       live_names, run.current or STEP, spent.as_dict(), copies)
     stop = result.blocked()
     if stop is not None:
         raise stop
     return result
+
+
+def _unchanged_retry(last: Mapping[str, Any] | None, copies: Mapping[str, str],
+                     retry_reason: str | None) -> tuple[str, str] | None:
+    """The procedure's "do not loop blindly": after a failed attempt, the same copies (after every
+    patch this run made) are deployed again only with a reason naming a fix made on the cluster."""
+    if last is None or retry_reason or dict(last.get("manifests") or {}) != dict(copies):
+        return None
+    return (f"the run-scoped copies are those of the failed attempt of {last.get('at')} "
+            f"({last.get('diagnosis')}); retry only after a concrete fix",
+            "hand over a Kubernetes-only fix with --compat-patch FILE, or, after fixing the cluster itself, pass "
+            "--retry-reason TEXT naming that fix; a change to the candidate is a new candidate")
+

@@ -380,8 +380,12 @@ class Ledger:
 
     def add_failed_attempt(self, step: str, category: str, evidence: Any, diagnosis: str) -> None:
         """Append-only: counts against the failed-deploy budget even if a retry succeeds."""
+        # The copies it ran with: a rerun of the same copies after the same diagnosis is refused in step 2.
+        copies = {m["type"]: m["sha256"] for m in self.data.get("applied_manifests") or []
+                  if isinstance(m, Mapping) and "type" in m and "sha256" in m}
         self.data["failed_attempts"].append(
-            {"at": clock.iso_now(), "step": step, "category": category, "evidence": evidence, "diagnosis": diagnosis}
+            {"at": clock.iso_now(), "step": step, "category": category, "evidence": evidence, "diagnosis": diagnosis,
+             "manifests": copies}
         )
 
     def add_reapply(self, entry: Mapping[str, Any]) -> None:
