@@ -719,7 +719,6 @@ def test_a_teardown_interrupted_in_its_pods_gone_wait_leaves_the_failed_attempt_
     diagnosis were saved before the delete; the ledger on disk is valid and says the delete began."""
     api, kube, _ = fake
     crash_looping(api)  # the fake's garbage collector is off: the pods stay, the wait is on
-    api.fail("WATCH", f"/api/v1/namespaces/{NS}/pods", KeyboardInterrupt(), after=1)
     run = make_run(tmp_path, step="step6_readiness")
     run.ledger.path = run.deploy_root / ledger.LEDGER_NAME
     saved_at_delete: list[dict[str, Any]] = []
@@ -727,7 +726,9 @@ def test_a_teardown_interrupted_in_its_pods_gone_wait_leaves_the_failed_attempt_
 
     def spy(*args: Any, **kwargs: Any) -> bool:
         saved_at_delete.append(json.loads(run.ledger.path.read_text()))  # type: ignore[union-attr]
-        return original(*args, **kwargs)
+        deleted = original(*args, **kwargs)
+        api.fail("WATCH", f"/api/v1/namespaces/{NS}/pods", KeyboardInterrupt())  # Ctrl-C in the pods-gone wait
+        return deleted
 
     kube.delete = spy  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
