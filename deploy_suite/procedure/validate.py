@@ -34,6 +34,7 @@ from deploy_suite.constants import (
 )
 from deploy_suite.errors import Forbidden, NotFound, StepBlocked
 from deploy_suite.judges import placement, sku
+from deploy_suite.judges.ownership import LedgerName
 from deploy_suite.model import knobs
 from deploy_suite.model.dgd import Dgd, from_documents
 from deploy_suite.model.files import sha256_file
@@ -318,8 +319,11 @@ class Validator:
             targets.setdefault(self.inp.retiring, "step 3 would delete it as the previous iteration's")
         seen = []
         for (ns, name), what in targets.items():
+            # The DGD step 3 retires is the experiment's when its ledger names it exactly, whoever applied it.
+            named = LedgerName(name, ns, self.kube.context, self.inp.retiring_uid) \
+                if (ns, name) == self.inp.retiring else None
             try:
-                found = owner.check(self.kube, ns, name)
+                found = owner.check(self.kube, ns, name, named)
             except Forbidden:
                 self.report.block(BlockerClass.OWNERSHIP, f"DGD {ns}/{name}: get forbidden, so who created it is "
                                   "unknown", "grant get on dynamographdeployments in the namespace")
