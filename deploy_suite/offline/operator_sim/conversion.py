@@ -26,8 +26,7 @@ import copy
 import json
 from typing import Any
 
-from deploy_suite.model.frontend import SIDECAR_CONTAINER
-from deploy_suite.offline.operator_sim.plan import merge_env
+from deploy_suite.offline.operator_sim.spec import SIDECAR_CONTAINER, merge_env
 
 Obj = dict[str, Any]
 
