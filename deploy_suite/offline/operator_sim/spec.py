@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,12 +69,12 @@ class PodShape:
 class Part:
     """One component as the operator reads it (a v1alpha1 service after conversion)."""
 
-    name: str
-    type: str  # the hub's ComponentType ("" when unset; an alpha value outside the enum as written)
-    raw_type: str | None  # componentType / type as written
-    sub_component_type: str | None  # v1alpha1 only
-    replicas: int
-    node_count: int
+    name: str  # services-map key / components[].name
+    raw_type: str | None  # v1alpha1 componentType / v1beta1 type, as written
+    type: str  # ComponentType in the hub ("" unset; a v1alpha1 value outside the enum kept as written)
+    sub_component_type: str | None  # v1alpha1 subComponentType
+    node_count: int  # GetNumberOfNodes
+    replicas: int  # pods (groups, multinode) per component
     frontend_sidecar: str | None  # the container the hub's frontendSidecar names
     template: PodShape = field(repr=False, compare=False)
 
@@ -113,13 +113,18 @@ class Part:
 
     @property
     def gpus_per_pod(self) -> int:
-        """The pod's GPU request as the scheduler counts it: the sum over containers (a limit alone is
-        the request), or the largest init container's when larger."""
-        resource = self.gpu_resource
+        """The pod's GPU request as the scheduler counts it (:func:`pod_request`)."""
+        return int(pod_request(self.template.spec, self.gpu_resource, _container_count))
+
+    @property
+    def requests_per_pod(self) -> dict[str, float]:
+        """Every resource but the GPU one, as the scheduler counts it for a pod (:func:`pod_request`),
+        in the resource's base unit."""
         spec = self.template.spec
-        regular = sum(_container_count(c, resource) for c in spec.get("containers") or [])
-        init = max((_container_count(c, resource) for c in spec.get("initContainers") or []), default=0)
-        return max(regular, init)
+        names = {k for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+                 for part in ("requests", "limits") for k in ((c.get("resources") or {}).get(part) or {})}
+        requests = {name: pod_request(spec, name, _quantity) for name in sorted(names - {self.gpu_resource})}
+        return {name: amount for name, amount in requests.items() if amount > 0}
 
     def tokens(self, container: str = MAIN_CONTAINER) -> tuple[str, ...]:
         """The container's command line (command + args), split and with its env expanded."""
@@ -201,18 +206,19 @@ def _beta_part(comp: Obj, graph_env: list[Obj]) -> Part:
     name = str(comp.get("name") or "")
     raw_type = comp.get("type")
     template = copy.deepcopy(_mapping(comp.get("podTemplate"), f"component {name!r}: podTemplate"))
-    meta = template.get("metadata") or {}
-    spec = template.get("spec") or {}
-    containers = spec.setdefault("containers", [])
+    meta = _mapping(template.get("metadata"), f"component {name!r}: podTemplate.metadata")
+    spec = _mapping(template.get("spec"), f"component {name!r}: podTemplate.spec")
+    containers = _list(spec.setdefault("containers", []), f"component {name!r}: podTemplate.spec.containers")
     main = next((c for c in containers if c.get("name") == MAIN_CONTAINER), None)
     if main is not None and graph_env:
         main["env"] = merge_env(graph_env, main.get("env") or [])
     shm = comp.get("sharedMemorySize")
     sidecar = comp.get("frontendSidecar")
-    return Part(name, str(raw_type or ""), str(raw_type) if raw_type is not None else None, None,
-                _replicas(comp, name), _node_count(comp), str(sidecar) if sidecar else None,
-                PodShape({"labels": dict(meta.get("labels") or {}), "annotations": dict(meta.get("annotations") or {})},
-                         spec, DEFAULT_SHM if shm is None else str(shm)))
+    pod = PodShape({"labels": dict(meta.get("labels") or {}), "annotations": dict(meta.get("annotations") or {})},
+                   spec, DEFAULT_SHM if shm is None else str(shm))
+    return Part(name=name, raw_type=str(raw_type) if raw_type is not None else None, type=str(raw_type or ""),
+                sub_component_type=None, node_count=_node_count(comp), replicas=_replicas(comp, name),
+                frontend_sidecar=str(sidecar) if sidecar else None, template=pod)
 
 
 # ------------------------------------------------------------------------------------------- v1alpha1
@@ -221,9 +227,10 @@ def _alpha_part(name: str, svc: Obj, graph_env: list[Obj]) -> Part:
     sub = svc.get("subComponentType")
     hub_type = str(sub) if raw_type == "worker" and sub in ("prefill", "decode") else str(raw_type or "")
     fs = svc.get("frontendSidecar")
-    return Part(name, hub_type, str(raw_type) if raw_type is not None else None, str(sub) if sub else None,
-                _replicas(svc, name), _node_count(svc), SIDECAR_CONTAINER if isinstance(fs, dict) else None,
-                _alpha_pod(svc, graph_env))
+    return Part(name=name, raw_type=str(raw_type) if raw_type is not None else None, type=hub_type,
+                sub_component_type=str(sub) if sub else None, node_count=_node_count(svc),
+                replicas=_replicas(svc, name), frontend_sidecar=SIDECAR_CONTAINER if isinstance(fs, dict) else None,
+                template=_alpha_pod(svc, graph_env, name))
 
 
 def _alpha_resources(svc: Obj) -> Obj:
@@ -260,10 +267,10 @@ def _merge_resources(dedicated: Obj, own: Obj) -> Obj:
     return out
 
 
-def _alpha_pod(svc: Obj, graph_env: list[Obj]) -> PodShape:
+def _alpha_pod(svc: Obj, graph_env: list[Obj], name: str) -> PodShape:
     """buildSharedPodTemplateFromAlpha: the v1alpha1 service as the hub's pod template."""
-    extra = copy.deepcopy(svc.get("extraPodSpec") or {})
-    own = extra.pop("mainContainer", None) or {}
+    extra = copy.deepcopy(_mapping(svc.get("extraPodSpec"), f"service {name!r}: extraPodSpec"))
+    own = _mapping(extra.pop("mainContainer", None), f"service {name!r}: extraPodSpec.mainContainer")
     main: Obj = {**own, "name": MAIN_CONTAINER}
     main["env"] = merge_env(graph_env, svc.get("envs") or [], own.get("env") or [])
     if svc.get("envFromSecret"):
@@ -373,6 +380,42 @@ def _count(value: Any) -> int:
     return int(number) if number.is_integer() and number >= 0 else 0
 
 
+_SUFFIXES = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+             "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
+
+
+def parse_quantity(value: Any) -> float:
+    """A Kubernetes quantity ("500m", "16Gi", "2") in its base unit; 0 when it is not one."""
+    text = str(value).strip()
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if text.endswith(suffix):
+            text, scale = text[: -len(suffix)], _SUFFIXES[suffix]
+            break
+    else:
+        scale = 1.0
+    try:
+        return float(text) * scale
+    except ValueError:
+        return 0.0
+
+
+def _quantity(c: Obj, resource: str) -> float:
+    res = c.get("resources") or {}
+    requests, limits = res.get("requests") or {}, res.get("limits") or {}
+    return parse_quantity(requests[resource] if resource in requests else limits.get(resource, 0))
+
+
+def pod_request(spec: Obj, resource: str, one: Callable[[Obj, str], float]) -> float:
+    """The pod's effective request (the scheduler's, k8s.io/kubernetes pkg/api/v1/resource
+    PodRequests): the containers and the restartable init containers (sidecars, restartPolicy
+    Always) together, or the largest other init container's when that is more; a container's
+    request is its limit when it states none (the apiserver's defaulting)."""
+    inits = spec.get("initContainers") or []
+    running = sum(one(c, resource) for c in spec.get("containers") or []) + sum(
+        one(c, resource) for c in inits if c.get("restartPolicy") == "Always")
+    return max([running, *(one(c, resource) for c in inits if c.get("restartPolicy") != "Always")])
+
+
 def _container_count(c: Obj, resource: str) -> int:
     res = c.get("resources") or {}
     requests, limits = res.get("requests") or {}, res.get("limits") or {}
@@ -397,13 +440,12 @@ def split_args(items: Iterable[str], env: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def flag_value(tokens: Sequence[str], names: Iterable[str]) -> str | None:
-    """The last ``--flag value`` / ``--flag=value`` among ``names`` (argparse: the last wins)."""
-    wanted = tuple(names)
-    found: str | None = None
-    for i, tok in enumerate(tokens):
-        for name in wanted:
-            if tok == name and i + 1 < len(tokens):
-                found = tokens[i + 1]
-            elif tok.startswith(name + "="):
-                found = tok[len(name) + 1:]
-    return found
+    """The value of a flag as argparse keeps it, the last occurrence: ``--flag value`` or ``--flag=value``."""
+    wanted = set(names)
+    for i in range(len(tokens) - 1, -1, -1):
+        key, eq, value = tokens[i].partition("=")
+        if eq and key in wanted:
+            return value
+        if tokens[i] in wanted and i + 1 < len(tokens):
+            return tokens[i + 1]
+    return None
