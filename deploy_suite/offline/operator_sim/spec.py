@@ -233,7 +233,7 @@ def _alpha_part(name: str, svc: Obj, graph_env: list[Obj]) -> Part:
                 template=_alpha_pod(svc, graph_env, name))
 
 
-def _alpha_resources(svc: Obj) -> Obj:
+def alpha_resources(svc: Obj) -> Obj:
     """v1alpha1 ``resources`` as container requirements (resourcesToNative): cpu, memory, the GPU
     count under ``gpuType`` (default nvidia.com/gpu), every ``custom`` key; DRA ``claims`` kept."""
     resources = svc.get("resources") or {}
@@ -256,7 +256,7 @@ def _alpha_resources(svc: Obj) -> Obj:
     return out
 
 
-def _merge_resources(dedicated: Obj, own: Obj) -> Obj:
+def merge_resources(dedicated: Obj, own: Obj) -> Obj:
     """mergo.Merge(dedicated, mainContainer, WithOverride): key by key, the mainContainer's value wins."""
     out = copy.deepcopy(dedicated)
     for part, values in own.items():
@@ -275,7 +275,7 @@ def _alpha_pod(svc: Obj, graph_env: list[Obj], name: str) -> PodShape:
     main["env"] = merge_env(graph_env, svc.get("envs") or [], own.get("env") or [])
     if svc.get("envFromSecret"):
         main["envFrom"] = [{"secretRef": {"name": svc["envFromSecret"]}}, *(own.get("envFrom") or [])]
-    resources = _merge_resources(_alpha_resources(svc), own.get("resources") or {})
+    resources = merge_resources(alpha_resources(svc), own.get("resources") or {})
     if resources:
         main["resources"] = resources
     for probe in ("livenessProbe", "readinessProbe"):
