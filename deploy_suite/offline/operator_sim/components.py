@@ -19,8 +19,8 @@ import json
 from typing import Any
 
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_SELECTOR
-from deploy_suite.model.dgd import WORKER_TYPES, Component
 from deploy_suite.offline.operator_sim.plan import LABEL_MANAGED_BY, MANAGED_BY, Plan, child_name
+from deploy_suite.offline.operator_sim.spec import WORKER_TYPES, Part
 
 Obj = dict[str, Any]
 
@@ -45,12 +45,12 @@ def worker_hash(obj: Obj) -> str:
     return hashlib.sha256(data.encode()).hexdigest()[:8]
 
 
-def dcd_name(plan: Plan, component: Component, hash_: str) -> str:
+def dcd_name(plan: Plan, component: Part, hash_: str) -> str:
     base = child_name(plan.name, component.name)
     return f"{base}-{hash_}" if component.type in WORKER_TYPES else base
 
 
-def dcd_manifest(plan: Plan, component: Component, name: str, owner: Obj, raw: Obj) -> Obj:
+def dcd_manifest(plan: Plan, component: Part, name: str, owner: Obj, raw: Obj) -> Obj:
     """The DCD for one component: the component's own spec, shared fields of the graph added."""
     spec = copy.deepcopy(raw)
     spec.pop("name", None)
@@ -63,7 +63,7 @@ def dcd_manifest(plan: Plan, component: Component, name: str, owner: Obj, raw: O
     return {"apiVersion": DCD_API, "kind": DCD_KIND,
             "metadata": {"name": name, "namespace": plan.namespace, "ownerReferences": [owner],
                          "labels": {LABEL_DGD_NAME: plan.name, LABEL_COMPONENT: component.name,
-                                    LABEL_COMPONENT_TYPE: component.raw_type or component.type,
+                                    LABEL_COMPONENT_TYPE: component.label_type,
                                     LABEL_MANAGED_BY: MANAGED_BY}},
             "spec": spec}
 
@@ -80,7 +80,7 @@ def owned_deployment(deployment: Obj, name: str, owner: Obj, hash_: str | None) 
     return dep
 
 
-def component_service(plan: Plan, component: Component, owner: Obj) -> Obj | None:
+def component_service(plan: Plan, component: Part, owner: Obj) -> Obj | None:
     """The Service of one component (None for types without one, e.g. a planner)."""
     if component.type in WORKER_TYPES:
         port_name, port = WORKER_PORT

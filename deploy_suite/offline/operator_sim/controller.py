@@ -23,7 +23,6 @@ from deploy_suite import clock
 from deploy_suite.access.kube import Kube, Obj, Resource, translate
 from deploy_suite.constants import DGD_GROUP, DGD_KIND, DGD_PLURAL, LABEL_DGD_NAME
 from deploy_suite.errors import Invalid, KubeError, NotFound
-from deploy_suite.model.dgd import Component
 from deploy_suite.offline import dynamo_env
 from deploy_suite.offline.errors import ReconcileError
 from deploy_suite.offline.operator_sim import components, discovery, faultswitch, grove, multinode, profiles
@@ -32,10 +31,10 @@ from deploy_suite.offline.operator_sim.plan import (
     build_plan,
     child_name,
     deployment_readiness,
-    is_alpha,
     owner_reference,
 )
 from deploy_suite.offline.operator_sim.serving import Servings
+from deploy_suite.offline.operator_sim.spec import Part, is_alpha
 
 DGD_BETA = Resource(DGD_GROUP, "v1beta1", DGD_PLURAL, True, DGD_KIND)
 DGD_ALPHA = Resource(DGD_GROUP, "v1alpha1", DGD_PLURAL, True, DGD_KIND)
@@ -274,7 +273,7 @@ class OperatorSim:
         hash_ = components.worker_hash(obj)
         return {c.name: components.dcd_name(plan, c, hash_) for c in plan.model.components}
 
-    def _workload(self, plan: Plan, c: Component, name: str, owner: Obj, deployment: Obj) -> list[Obj]:
+    def _workload(self, plan: Plan, c: Part, name: str, owner: Obj, deployment: Obj) -> list[Obj]:
         """A component's workload: its Deployment, or per replica a LeaderWorkerSet and a Volcano
         PodGroup when it is multinode (failing as the operator does without an orchestrator)."""
         if c.node_count <= 1:

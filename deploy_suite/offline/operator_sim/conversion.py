@@ -11,7 +11,8 @@ Served by the webhook server when the cluster runs the newest profile with
   ``frontendSidecar`` names (back: a plain container, the name kept in the annotation below);
   ``extraPodMetadata`` and the service's ``labels``/``annotations`` <-> ``podTemplate.metadata``;
 * v1alpha1 ``envs`` (graph and service), ``envFromSecret`` and ``resources`` (cpu, memory, gpu,
-  custom) are folded into the main container (``gpu`` as ``nvidia.com/gpu``);
+  custom) are folded into the main container (``gpu`` under ``gpuType``, default ``nvidia.com/gpu``),
+  under the mainContainer's own resources;
   ``sharedMemory.size`` <-> ``sharedMemorySize``;
 * status ``services`` <-> ``components``.
 
@@ -26,15 +27,13 @@ import copy
 import json
 from typing import Any
 
-from deploy_suite.model.frontend import SIDECAR_CONTAINER
-from deploy_suite.offline.operator_sim.plan import merge_env
+from deploy_suite.offline.operator_sim.spec import SIDECAR_CONTAINER, alpha_resources, merge_env, merge_resources
 
 Obj = dict[str, Any]
 
 ALPHA = "nvidia.com/v1alpha1"
 BETA = "nvidia.com/v1beta1"
 STASH = "nvidia.com/last-applied-other-version-spec"
-GPU = "nvidia.com/gpu"
 MAIN = "main"
 SIDECAR = SIDECAR_CONTAINER  # the container a v1alpha1 frontendSidecar spec becomes
 SPLIT_TYPES = ("prefill", "decode")
@@ -48,17 +47,10 @@ def _main_from_alpha(spec: Obj, svc: Obj) -> Obj:
         main["env"] = env
     if svc.get("envFromSecret"):
         main["envFrom"] = [{"secretRef": {"name": svc["envFromSecret"]}}, *(main.get("envFrom") or [])]
-    for part, values in (svc.get("resources") or {}).items():
-        if part not in ("requests", "limits") or not isinstance(values, dict):
-            continue
-        out = main.setdefault("resources", {}).setdefault(part, {})
-        for key, value in values.items():
-            if key == "gpu":
-                out[GPU] = str(value)
-            elif key == "custom" and isinstance(value, dict):
-                out.update({k: str(v) for k, v in value.items()})
-            elif value not in (None, ""):
-                out[key] = str(value)
+    # The service's resources under the mainContainer's own, as the reader converts them (spec.py).
+    resources = merge_resources(alpha_resources(svc), main.get("resources") or {})
+    if resources:
+        main["resources"] = resources
     return main
 
 

@@ -22,7 +22,6 @@ import copy
 from typing import Any
 
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_DYNAMO_NAMESPACE
-from deploy_suite.model.dgd import MAIN_CONTAINER, WORKER_TYPES
 from deploy_suite.offline.operator_sim.plan import (
     FRONTEND_PORT,
     LABEL_MANAGED_BY,
@@ -31,6 +30,7 @@ from deploy_suite.offline.operator_sim.plan import (
     Plan,
     child_name,
 )
+from deploy_suite.offline.operator_sim.spec import MAIN_CONTAINER, WORKER_TYPES
 
 Obj = dict[str, Any]
 
@@ -111,7 +111,7 @@ def component_services(plan: Plan, owner: Obj, have: set[str]) -> list[Obj]:
                     "metadata": {"name": name, "namespace": plan.namespace, "ownerReferences": [owner],
                                  "labels": labels},
                     "spec": {"type": "ClusterIP",
-                             "selector": {LABEL_COMPONENT_TYPE: c.raw_type or c.type, LABEL_DYNAMO_NAMESPACE: dyn_ns,
+                             "selector": {LABEL_COMPONENT_TYPE: c.label_type, LABEL_DYNAMO_NAMESPACE: dyn_ns,
                                           LABEL_COMPONENT: c.name},
                              "ports": [{"name": port_name, "port": port, "targetPort": port_name,
                                         "protocol": "TCP"}]}})

@@ -23,9 +23,9 @@ from typing import Any
 from deploy_suite.access.kube import Kube, Resource, translate
 from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.errors import Conflict, NotFound
-from deploy_suite.judges.conditions import pod_ready
-from deploy_suite.model.dgd import Component
+from deploy_suite.offline.operator_sim.multinode import pod_ready
 from deploy_suite.offline.operator_sim.plan import Plan
+from deploy_suite.offline.operator_sim.spec import Part
 
 Obj = dict[str, Any]
 
@@ -64,7 +64,7 @@ def _grove_labels(plan: Plan, extra: dict[str, str]) -> dict[str, str]:
             LABEL_PCS_REPLICA: "0", LABEL_PODGANG: f"{plan.name}-0", LABEL_DGD_NAME: plan.name, **extra}
 
 
-def cliques(plan: Plan, c: Component) -> list[tuple[str, int, dict[str, str]]]:
+def cliques(plan: Plan, c: Part) -> list[tuple[str, int, dict[str, str]]]:
     """(PodClique name, pods, extra labels) of one component."""
     base = f"{plan.name}-0-{c.name.lower()}"
     if c.node_count <= 1:
@@ -111,7 +111,7 @@ class GrovePath:
                                           "labels": template["metadata"]["labels"]}}, ns)
 
     @staticmethod
-    def _pod_template(plan: Plan, c: Component, queue: str) -> Obj:
+    def _pod_template(plan: Plan, c: Part, queue: str) -> Obj:
         template: Obj = copy.deepcopy(plan.deployments[c.name]["spec"]["template"])
         template["spec"]["schedulerName"] = KAI_SCHEDULER
         template["metadata"]["labels"][QUEUE_LABEL] = queue
@@ -167,7 +167,7 @@ class GrovePath:
             if not isinstance(err, NotFound | Conflict):
                 raise err from exc
 
-    def readiness(self, plan: Plan, c: Component) -> tuple[bool, str, Obj, str, list[str]]:
+    def readiness(self, plan: Plan, c: Part) -> tuple[bool, str, Obj, str, list[str]]:
         """(ready, reason, counts, componentKind, componentNames) of one component on the Grove path."""
         pods = self.kube.list_items("Pod", plan.namespace, label_selector=f"{LABEL_DGD_NAME}={plan.name}")[0]
 

@@ -20,7 +20,6 @@ from typing import Any
 from deploy_suite.access.kube import Kube, Resource
 from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.errors import Conflict
-from deploy_suite.judges.conditions import pod_ready
 from deploy_suite.offline.errors import ReconcileError
 
 Obj = dict[str, Any]
@@ -33,6 +32,14 @@ LABEL_LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LABEL_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LABEL_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 LABEL_ROLE = "role"
+
+
+def pod_ready(pod: Obj) -> bool:
+    """A pod counts for its group once its Ready condition is True (k8s.io/kubernetes
+    pkg/api/v1/pod IsPodReady, which LWS and Grove read) and it is running."""
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
 class NoOrchestrator(ReconcileError):

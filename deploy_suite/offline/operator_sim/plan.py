@@ -14,27 +14,34 @@ for what the operator rejects.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 from deploy_suite.constants import (
     DGD_KIND,
-    GPU_RESOURCE,
     LABEL_COMPONENT,
     LABEL_COMPONENT_TYPE,
     LABEL_DGD_NAME,
     LABEL_DYNAMO_NAMESPACE,
     LABEL_SELECTOR,
     LABEL_SUB_COMPONENT_TYPE,
-    V1ALPHA1,
     V1BETA1,
 )
-from deploy_suite.errors import InputError
-from deploy_suite.model import frontend
-from deploy_suite.model.dgd import COMPONENT_TYPES, MAIN_CONTAINER, WORKER_TYPES, Component, Dgd, from_documents
-from deploy_suite.model.podspec import flag_value, split_args
 from deploy_suite.offline.errors import ReconcileError
+from deploy_suite.offline.operator_sim.spec import (
+    COMPONENT_TYPES,
+    FRONTEND_ARGS,
+    FRONTEND_COMMAND,
+    MAIN_CONTAINER,
+    WORKER_TYPES,
+    Graph,
+    Part,
+    PodShape,
+    flag_value,
+    is_alpha,
+    read,
+    split_args,
+)
 
 Obj = dict[str, Any]
 
@@ -58,12 +65,6 @@ def dynamo_namespace(namespace: str, dgd_name: str) -> str:
     return f"{namespace}-{dgd_name}"
 
 
-def is_alpha(obj: Obj) -> bool:
-    """The shape is decided by content (``spec.services`` is v1alpha1, ``spec.components`` v1beta1):
-    without the real conversion webhook, both API versions serve the same stored object."""
-    spec = obj.get("spec") or {}
-    return "services" in spec and "components" not in spec
-
 
 @dataclass
 class Plan:
@@ -72,7 +73,7 @@ class Plan:
     namespace: str
     name: str
     alpha: bool
-    model: Dgd
+    model: Graph
     deployments: dict[str, Obj]  # component name -> Deployment manifest
     services: list[Obj]
     frontends: list[str]  # frontend component names
@@ -100,88 +101,10 @@ class Plan:
         return self.served_model, self.router_mode
 
 
-@dataclass
-class _Pod:
-    """A component's pod as written in the DGD, before the operator's defaults are added."""
-
-    meta: Obj
-    spec: Obj
-    shm: str  # /dev/shm size; "0" when disabled
-    gpu_sides: dict[str, str]  # v1alpha1 GPU count per side (requests/limits) as written; v1beta1: in the spec
-
-
-def merge_env(*layers: list[Obj]) -> list[Obj]:
-    """Later layers win by name, order of first appearance kept (the operator's merge)."""
-    merged: dict[str, Obj] = {}
-    for layer in layers:
-        for item in layer:
-            if isinstance(item, dict) and item.get("name"):
-                merged[str(item["name"])] = item
-    return list(merged.values())
-
-
 def _set_default_env(container: Obj, values: dict[str, str]) -> None:
     env = container.setdefault("env", [])
     names = {e.get("name") for e in env}
     env.extend({"name": k, "value": v} for k, v in values.items() if k not in names)
-
-
-def _alpha_resources(svc: Obj) -> Obj:
-    """v1alpha1 ``resources`` (cpu, memory, custom) as container requests and limits."""
-    resources = svc.get("resources") or {}
-    out: Obj = {}
-    for part in ("requests", "limits"):
-        values = resources.get(part) or {}
-        for key in ("cpu", "memory"):
-            if values.get(key):
-                out.setdefault(part, {})[key] = str(values[key])
-        for key, value in (values.get("custom") or {}).items():
-            out.setdefault(part, {})[key] = str(value)
-    return out
-
-
-def _alpha_pod(spec: Obj, svc: Obj, component: Component) -> _Pod:
-    """v1alpha1 service -> pod, as conversion and the operator would build it."""
-    extra = copy.deepcopy(svc.get("extraPodSpec") or {})
-    main = extra.pop("mainContainer", None) or {}
-    main["name"] = MAIN_CONTAINER
-    sidecars = [c for c in extra.pop("containers", None) or [] if c.get("name") != MAIN_CONTAINER]
-    main["env"] = merge_env(spec.get("envs") or [], svc.get("envs") or [], main.get("env") or [])
-    if svc.get("envFromSecret"):
-        main["envFrom"] = [{"secretRef": {"name": svc["envFromSecret"]}}, *(main.get("envFrom") or [])]
-    resources = _alpha_resources(svc)
-    if resources:
-        main["resources"] = {**(main.get("resources") or {}), **resources}
-    volumes = list(extra.get("volumes") or [])
-    mounts = list(main.get("volumeMounts") or [])
-    for vm in svc.get("volumeMounts") or []:
-        name = vm.get("name")
-        if not name:
-            continue
-        if all(v.get("name") != name for v in volumes):
-            volumes.append({"name": name, "persistentVolumeClaim": {"claimName": name}})
-        if vm.get("mountPoint") and all(m.get("name") != name for m in mounts):
-            mounts.append({"name": name, "mountPath": vm["mountPoint"]})
-    extra["volumes"] = volumes
-    if mounts:
-        main["volumeMounts"] = mounts
-    extra["containers"] = [main, *sidecars]
-    meta_src = svc.get("extraPodMetadata") or {}
-    meta = {"labels": {**(svc.get("labels") or {}), **(meta_src.get("labels") or {})},
-            "annotations": {**(svc.get("annotations") or {}), **(meta_src.get("annotations") or {})}}
-    shm = svc.get("sharedMemory") or {}
-    raw = svc.get("resources") or {}
-    sides = {part: str((raw.get(part) or {})["gpu"]) for part in ("requests", "limits")
-             if (raw.get(part) or {}).get("gpu") not in (None, "")}
-    return _Pod(meta, extra, "0" if shm.get("disabled") else str(shm.get("size") or DEFAULT_SHM), sides)
-
-
-def _beta_pod(comp: Obj, component: Component) -> _Pod:
-    template = copy.deepcopy(comp.get("podTemplate") or {})
-    meta = template.get("metadata") or {}
-    spec = template.get("spec") or {}
-    return _Pod({"labels": dict(meta.get("labels") or {}), "annotations": dict(meta.get("annotations") or {})},
-                spec, str(comp.get("sharedMemorySize") or DEFAULT_SHM), {})
 
 
 def _epp_defaults(main: Obj, pool: str, namespace: str) -> None:
@@ -203,10 +126,10 @@ def _epp_defaults(main: Obj, pool: str, namespace: str) -> None:
     _set_default_env(main, {"USE_STREAMING": "true", "NVIDIA_VISIBLE_DEVICES": "void"})
 
 
-def _operator_defaults(c: Component, pod: _Pod, dyn_ns: str, dgd: tuple[str, str] = ("", "")) -> Obj:
+def _operator_defaults(c: Part, pod: PodShape, dyn_ns: str, dgd: tuple[str, str] = ("", "")) -> Obj:
     """The main container with what the operator adds: frontend command and port, worker port and
     probes, the EPP's probes and arguments (``dgd``: the DGD's name and namespace), Dynamo env,
-    v1alpha1 GPU requests and limits, /dev/shm. Returns the main container (changed in place)."""
+    /dev/shm. Returns the main container (changed in place)."""
     main: Obj = next(ct for ct in pod.spec.setdefault("containers", []) if ct.get("name") == MAIN_CONTAINER)
     if c.type == "epp":
         _epp_defaults(main, f"{dgd[0]}-pool", dgd[1])
@@ -230,13 +153,6 @@ def _operator_defaults(c: Component, pod: _Pod, dyn_ns: str, dgd: tuple[str, str
         main.setdefault("readinessProbe", {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 10,
                                            "failureThreshold": 3})
     _set_default_env(main, {"DYN_NAMESPACE": dyn_ns, "DYN_COMPONENT": c.name, "DYN_DISCOVERY_BACKEND": "kubernetes"})
-    if pod.gpu_sides:
-        # v1alpha1 `requests.gpu` and `limits.gpu` go to their own side, as written: a limit alone
-        # is completed by the apiserver's defaulting, a request without a limit (or a different
-        # one) is an invalid pod template the apiserver refuses.
-        resources = main.setdefault("resources", {})
-        for part, count in pod.gpu_sides.items():
-            resources.setdefault(part, {})[c.gpu_resource or GPU_RESOURCE] = count
     if pod.shm not in ("0", ""):
         volumes = pod.spec.setdefault("volumes", [])
         if all(v.get("name") != "shared-memory" for v in volumes):
@@ -247,11 +163,11 @@ def _operator_defaults(c: Component, pod: _Pod, dyn_ns: str, dgd: tuple[str, str
     return main
 
 
-def _deployment(model: Dgd, c: Component, pod: _Pod, namespace: str, owner: Obj, dyn_ns: str) -> Obj:
+def _deployment(model: Graph, c: Part, pod: PodShape, namespace: str, owner: Obj, dyn_ns: str) -> Obj:
     name = model.name
     selector = child_name(name, c.name)
     labels = {**model.labels, **pod.meta.get("labels", {}),
-              LABEL_DGD_NAME: name, LABEL_COMPONENT: c.name, LABEL_COMPONENT_TYPE: c.raw_type or c.type,
+              LABEL_DGD_NAME: name, LABEL_COMPONENT: c.name, LABEL_COMPONENT_TYPE: c.label_type,
               LABEL_DYNAMO_NAMESPACE: dyn_ns, LABEL_SELECTOR: selector, "nvidia.com/metrics-enabled": "true"}
     if c.sub_component_type:
         labels[LABEL_SUB_COMPONENT_TYPE] = c.sub_component_type
@@ -263,20 +179,20 @@ def _deployment(model: Dgd, c: Component, pod: _Pod, namespace: str, owner: Obj,
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": selector, "namespace": namespace, "ownerReferences": [owner],
                      "labels": {LABEL_DGD_NAME: name, LABEL_COMPONENT: c.name,
-                                LABEL_COMPONENT_TYPE: c.raw_type or c.type, LABEL_SELECTOR: selector,
+                                LABEL_COMPONENT_TYPE: c.label_type, LABEL_SELECTOR: selector,
                                 LABEL_MANAGED_BY: MANAGED_BY}},
         "spec": {"replicas": c.replicas * c.node_count, "selector": {"matchLabels": {LABEL_SELECTOR: selector}},
                  "template": {"metadata": template_meta, "spec": pod.spec}},
     }
 
 
-def _frontend_service(model: Dgd, c: Component, namespace: str, owner: Obj, dyn_ns: str) -> Obj:
+def _frontend_service(model: Graph, c: Part, namespace: str, owner: Obj, dyn_ns: str) -> Obj:
     return {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": child_name(model.name, c.name), "namespace": namespace, "ownerReferences": [owner],
                      "labels": {LABEL_DGD_NAME: model.name, LABEL_COMPONENT: c.name, LABEL_MANAGED_BY: MANAGED_BY}},
         "spec": {"type": "ClusterIP",
-                 "selector": {LABEL_COMPONENT_TYPE: c.raw_type or c.type, LABEL_DYNAMO_NAMESPACE: dyn_ns,
+                 "selector": {LABEL_COMPONENT_TYPE: c.label_type, LABEL_DYNAMO_NAMESPACE: dyn_ns,
                               LABEL_COMPONENT: c.name},
                  "ports": [{"name": "http", "port": FRONTEND_PORT, "targetPort": "http", "protocol": "TCP"}]},
     }
@@ -293,34 +209,27 @@ def build_plan(obj: Obj) -> Plan:
     """The children a DGD object asks for; raises ReconcileError for what the operator rejects."""
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    spec = obj.get("spec") or {}
     alpha = is_alpha(obj)
     try:
-        model = from_documents([{**obj, "apiVersion": V1ALPHA1 if alpha else V1BETA1}], f"{namespace}/{name}")
-    except InputError as exc:
+        model = read(obj)
+    except ReconcileError as exc:
         raise ReconcileError(f"{_FAILED}: {exc}") from exc
-    raw_by_name: dict[str, Obj] = (
-        {str(k): v or {} for k, v in (spec.get("services") or {}).items()} if alpha
-        else {str(c.get("name")): c for c in spec.get("components") or []})
     owner = owner_reference(obj)
     dyn_ns = dynamo_namespace(namespace, name)
     deployments: dict[str, Obj] = {}
     services: list[Obj] = []
     sidecars: dict[str, str] = {}
     for c in model.components:
-        raw = raw_by_name.get(c.name, {})
         if alpha and c.raw_type is not None and c.raw_type not in COMPONENT_TYPES:
             # Conversion to the v1beta1 hub maps componentType onto a strict enum.
             raise ReconcileError(f"{_FAILED}: cannot convert service {c.name!r} to nvidia.com/v1beta1: "
                                  f"componentType {c.raw_type!r} is not one of {sorted(COMPONENT_TYPES)}")
         if not c.image:
             raise ReconcileError(f"{_FAILED}: component {c.name!r}: container {MAIN_CONTAINER!r} has no image")
-        pod = _alpha_pod(spec, raw, c) if alpha else _beta_pod(raw, c)
+        pod = c.pod()
         _operator_defaults(c, pod, dyn_ns, (name, namespace))
-        if alpha and isinstance(raw.get("frontendSidecar"), dict):
-            pod.spec["containers"].append(_alpha_frontend_sidecar(raw["frontendSidecar"]))
-        sidecar = _frontend_sidecar(raw, pod.spec["containers"])
-        if sidecar and raw.get("frontendSidecar") is not None:
+        sidecar = _frontend_sidecar(c.frontend_sidecar, pod.spec["containers"])
+        if sidecar and sidecar == c.frontend_sidecar:
             _frontend_defaults(next(ct for ct in pod.spec["containers"] if ct.get("name") == sidecar), dyn_ns)
         if sidecar:
             sidecars[c.name] = sidecar
@@ -334,23 +243,11 @@ def build_plan(obj: Obj) -> Plan:
                 _router_mode(deployments, frontends if frontends else list(sidecars), sidecars), sidecars)
 
 
-def _alpha_frontend_sidecar(spec: Obj) -> Obj:
-    """The container the operator builds from a v1alpha1 ``frontendSidecar`` spec (its
-    ``generateFrontendSidecar``): ``args`` replace the default ones, ``envs`` and ``envFromSecret`` added."""
-    container: Obj = {"name": frontend.SIDECAR_CONTAINER, "image": spec.get("image"),
-                      "args": list(spec.get("args") or frontend.DEFAULT_ARGS)}
-    if spec.get("envs"):
-        container["env"] = copy.deepcopy(spec["envs"])
-    if spec.get("envFromSecret"):
-        container["envFrom"] = [{"secretRef": {"name": spec["envFromSecret"]}}]
-    return container
-
-
 def _frontend_defaults(container: Obj, dyn_ns: str) -> None:
     """What the operator merges into a frontend sidecar (its FrontendDefaults): the command, port
     ``http`` 8000, probes on it and the Dynamo env, under what the container says."""
-    container["command"] = container.get("command") or list(frontend.DEFAULT_COMMAND)
-    container["args"] = container.get("args") or list(frontend.DEFAULT_ARGS)
+    container["command"] = container.get("command") or list(FRONTEND_COMMAND)
+    container["args"] = container.get("args") or list(FRONTEND_ARGS)
     ports = container.setdefault("ports", [])
     if all(p.get("name") != "http" for p in ports):
         ports.append({"name": "http", "containerPort": FRONTEND_PORT, "protocol": "TCP"})
@@ -360,13 +257,10 @@ def _frontend_defaults(container: Obj, dyn_ns: str) -> None:
                                  "DYN_NAMESPACE_PREFIX": dyn_ns, "DYN_DISCOVERY_BACKEND": "kubernetes"})
 
 
-def _frontend_sidecar(raw: Obj, containers: list[Obj]) -> str | None:
+def _frontend_sidecar(named: str | None, containers: list[Obj]) -> str | None:
     """The container running a Dynamo frontend next to ``main``: the one ``frontendSidecar`` names
     (v1alpha1: the container built from it), else one whose command runs the frontend."""
-    named = raw.get("frontendSidecar")
-    if isinstance(named, dict):
-        named = frontend.SIDECAR_CONTAINER
-    if isinstance(named, str) and any(c.get("name") == named for c in containers):
+    if named and any(c.get("name") == named for c in containers):
         return named
     for c in containers:
         if c.get("name") == MAIN_CONTAINER:

@@ -20,10 +20,10 @@ from deploy_suite import clock
 from deploy_suite.access.kube import Kube
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME
 from deploy_suite.errors import SuiteError, Unavailable
-from deploy_suite.model.dgd import MAIN_CONTAINER
 from deploy_suite.offline import dynamo_env, dynamo_runtime
 from deploy_suite.offline.faults import SERVING_FAULTS_CONFIGMAP, cri_log, logs_object, port_forward_object
 from deploy_suite.offline.operator_sim.plan import FRONTEND_PORT, Plan
+from deploy_suite.offline.operator_sim.spec import MAIN_CONTAINER
 
 # Cluster-side serving fault switch: data `<namespace>.<dgd>: <one of dynamo_runtime.FAULTS>`,
 # read when a DGD's serving starts (apply it before the DGD).
