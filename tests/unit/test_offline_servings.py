@@ -77,7 +77,11 @@ def test_starts_and_stops_of_one_dgd_never_overlap(tmp_path: Path, monkeypatch: 
         return started[-1]
 
     monkeypatch.setattr(dynamo_runtime, "start_serving", start_serving)
-    monkeypatch.setattr(dynamo_runtime, "stop_all", lambda _root: busy.during(0.05) or [])
+    def stop_all(_root: Path) -> list[int]:
+        busy.during(0.05)
+        return []
+
+    monkeypatch.setattr(dynamo_runtime, "stop_all", stop_all)
     kube = SimpleNamespace(get_or_none=lambda *_a: None)  # no serving fault configured
     servings = Servings(kube, tmp_path, lambda _m: None, lambda _k: None)  # type: ignore[arg-type]
     servings._env = SimpleNamespace()  # type: ignore[assignment]  # the Dynamo environment is built
@@ -96,7 +100,7 @@ def test_starts_and_stops_of_one_dgd_never_overlap(tmp_path: Path, monkeypatch: 
     assert procs.poll(settled, 10), [(s.model, s.stopped) for s in started]
     time.sleep(0.3)  # a late stop would show now
     assert busy.most == 1
-    final = servings._states[KEY].serving
+    final: Any = servings._states[KEY].serving
     assert final is not None and not final.stopped and final.model == "r1-distill"
     assert all(s.stopped for s in started if s is not final)
 
