@@ -286,8 +286,7 @@ class OfflineCluster:
         return info
 
     def _kwokctl_env(self) -> dict[str, str]:
-        # kwokctl's components inherit its environment, so they carry the cluster's mark too.
-        return {**os.environ, "KWOK_WORKDIR": str(workdir()), procs.MARK: self.mark}
+        return {**os.environ, "KWOK_WORKDIR": str(workdir()), procs.MARK: self.mark}  # its components inherit it
 
     def _create(self, bins: binaries.BinarySet) -> None:
         conf_dir = workdir() / "configs" / self.name
@@ -509,6 +508,7 @@ class OfflineCluster:
     def down(self) -> ClusterInfo:
         info = self.info()
         if not self.dir.exists():
+            procs.end_cluster(self.name, self.mark, self.log)  # what an earlier `down` may have missed
             self.log(f"cluster {self.name} is not running (nothing to remove)")
             return info
         marker = self._marker()

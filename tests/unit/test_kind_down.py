@@ -57,3 +57,17 @@ def test_down_ends_every_host_process_the_kind_cluster_started(kind_host: KindPr
     assert of_cluster(root) == []
     assert not any(procs.alive(p) for p in started)
     assert not root.exists()
+
+
+def test_down_of_a_cluster_already_removed_still_ends_what_carries_its_mark(kind_host: KindProvider,
+                                                                           tmp_path: Path) -> None:
+    kind_host.down()
+    straggler = procs.spawn([sys.executable, "-c", "import time; time.sleep(60)"], None, None, cwd=tmp_path,
+                            mark=kind_host.mark)  # what an earlier `down` missed
+    try:
+        assert procs.marked(kind_host.mark) == [straggler.pid]
+        kind_host.down()
+        assert straggler.wait(10) == -15
+    finally:
+        straggler.kill()
+        straggler.wait()

@@ -462,6 +462,7 @@ class KindProvider:
         if marker is None:
             if self.dir.exists():
                 raise ClusterError(f"{self.dir} was not created by deploy-suite; fix: it is left untouched")
+            procs.end_cluster(self.name, self.mark, self.log)  # what an earlier `down` may have missed
             self.log(f"cluster {self.name} is not running (nothing to remove)")
             return info
         procs.terminate(list(self._pids().values()))
