@@ -67,6 +67,14 @@ def _plan(model: str) -> Any:
                            router_mode="round-robin")
 
 
+def _servings(tmp_path: Path) -> Servings:
+    kube = SimpleNamespace(get_or_none=lambda *_a: None)  # no serving fault configured
+    servings = Servings(kube, tmp_path, lambda _m: None, lambda _k: None)  # type: ignore[arg-type]
+    servings._env = SimpleNamespace()  # type: ignore[assignment]  # the Dynamo environment is built
+    servings._env_ready.set()
+    return servings
+
+
 def test_starts_and_stops_of_one_dgd_never_overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     busy = Busy()
     started: list[StandIn] = []
@@ -82,10 +90,7 @@ def test_starts_and_stops_of_one_dgd_never_overlap(tmp_path: Path, monkeypatch: 
         return []
 
     monkeypatch.setattr(dynamo_runtime, "stop_all", stop_all)
-    kube = SimpleNamespace(get_or_none=lambda *_a: None)  # no serving fault configured
-    servings = Servings(kube, tmp_path, lambda _m: None, lambda _k: None)  # type: ignore[arg-type]
-    servings._env = SimpleNamespace()  # type: ignore[assignment]  # the Dynamo environment is built
-    servings._env_ready.set()
+    servings = _servings(tmp_path)
     servings.ensure(_plan("qwen3-alpha-agg"))
     time.sleep(0.05)  # the agg's serving is starting ...
     servings.ensure(_plan("r1-distill"))  # ... when a disagg DGD of the same name replaces it
@@ -103,6 +108,21 @@ def test_starts_and_stops_of_one_dgd_never_overlap(tmp_path: Path, monkeypatch: 
     final: Any = servings._states[KEY].serving
     assert final is not None and not final.stopped and final.model == "r1-distill"
     assert all(s.stopped for s in started if s is not final)
+
+
+def test_a_serving_that_never_gets_ready_is_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stand_in = StandIn("m", Busy())
+
+    def never_listed(_timeout: float) -> float:
+        raise TimeoutError("m never listed")
+
+    stand_in.wait_model_listed = never_listed  # type: ignore[method-assign]
+    monkeypatch.setattr(dynamo_runtime, "start_serving", lambda *_a, **_k: stand_in)
+    monkeypatch.setattr(dynamo_runtime, "stop_all", lambda _root: [])
+    servings = _servings(tmp_path)
+    servings.ensure(_plan("m"))
+    assert procs.poll(lambda: True if servings._states[KEY].state == "failed" else None, 10)
+    assert stand_in.stopped
 
 
 def test_a_stop_leaves_a_newer_servings_pid_file_alone(tmp_path: Path) -> None:

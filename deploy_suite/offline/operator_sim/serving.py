@@ -204,6 +204,7 @@ class Servings:
     def _start_alone(self, plan: Plan, st: ServingState, old: ServingState | None) -> bool:
         """Start ``st``'s serving (the DGD's lock held); True when it should be tried again."""
         workdir = self._workdir(plan.key)
+        serving: dynamo_runtime.Serving | None = None
         try:
             if old is not None and old.serving is not None:
                 old.serving.stop()
@@ -242,6 +243,8 @@ class Servings:
                     del self._states[plan.key]
             return True
         except Exception as exc:  # logged; the DGD keeps being reported from its Deployments
+            if serving is not None:  # started but never ready: its processes serve nothing
+                serving.stop()
             st.state = "failed"
             st.error = f"{type(exc).__name__}: {exc}"
             self.log(f"operator-sim: serving {plan.key} failed to start: {st.error}")
