@@ -245,13 +245,21 @@ def end_cluster(name: str, mark: str, log: Callable[[str], None]) -> None:
     mark, whichever pid file lost it, and verify none remains (else fail, leaving the state)."""
     stray = marked(mark)
     if stray:  # none when every pid file was kept: name what one lost
-        log(f"cluster {name}: stopping {len(stray)} process(es) no pid file named: "
-            f"{'; '.join(cmdline(p)[:120] for p in stray)}")
+        log(f"cluster {name}: stopping {len(stray)} process(es) no pid file named: {_named(stray)}")
     left = end_marked(mark) if stray else []
     if left:
-        raise ClusterError(f"cluster {name}: processes {', '.join(map(str, left))} still run after SIGKILL "
-                           f"({'; '.join(cmdline(p)[:120] for p in left)}); fix: end them yourself, "
-                           f"then run `deploy-suite cluster down --name {name}` again")
+        raise ClusterError(f"cluster {name}: processes still run after SIGKILL: {_named(left)}; fix: end them "
+                           f"yourself, then run `deploy-suite cluster down --name {name}` again")
+
+
+def _named(pids: Sequence[int]) -> str:
+    """``pid <n>: <command line>`` each on one line, a long one cut in its middle (scripts given
+    with ``-c`` are long; the arguments that say what it serves come last)."""
+    shown = []
+    for pid in pids:
+        cmd = " ".join(cmdline(pid).split())
+        shown.append(f"pid {pid}: {cmd if len(cmd) <= 160 else cmd[:80] + ' ... ' + cmd[-70:]}")
+    return "; ".join(shown)
 
 
 # --------------------------------------------------------------------------- starting

@@ -2,9 +2,9 @@
 
 Seen once: the ZMQ broker of an agg DGD that a disagg DGD of the same name had replaced ran on
 after ``down``, its working directory deleted. Here an agg DGD is deleted and a disagg one of the
-same name created at once (a run's step 3 then step 5), then the agg applied over it and replaced
-again while its serving starts; ``down`` must end every process the cluster started: the control
-plane, the controllers, and each Dynamo process the operator replica started on the way.
+same name created at once (a run's step 3 then step 5), then replaced by the agg and that again by
+the disagg while the agg's serving starts; ``down`` must end every process the cluster started:
+the control plane, the controllers, and each Dynamo process the operator replica started.
 """
 
 from __future__ import annotations
@@ -61,6 +61,14 @@ def _serves(kube: Kube, ns: str, workdir: Path, model: str) -> None:
     wait_state(kube, ALPHA, ns, "alpha-agg", "successful", timeout=SERVED)
 
 
+def _replace(kube: Kube, ns: str, doc: dict[str, Any]) -> None:
+    """Delete the DGD ``alpha-agg``, wait until it is gone, create ``doc`` in its place."""
+    kube.delete(ALPHA, "alpha-agg", ns)
+    kube.wait_for(Watch(ALPHA, ns, name="alpha-agg"), lambda objs: (not objs, f"{len(objs)} left"),
+                  awaited="alpha-agg deleted", timeout=60)
+    kube.apply(doc, ns)
+
+
 def test_down_ends_every_process_also_of_dgds_replaced_during_the_clusters_life(tmp_path: Path) -> None:
     name = f"x{os.getpid()}"
     cluster = OfflineCluster(name, "default", kubeconfig=tmp_path / "kc.yaml", log=lambda _m: None)
@@ -75,20 +83,18 @@ def test_down_ends_every_process_also_of_dgds_replaced_during_the_clusters_life(
         kube.apply(agg, ns)
         _serves(kube, ns, workdir, "qwen3-alpha-agg")
         first = set(_serving(workdir)["roles"].values())
-        # As step 3 then step 5 of a run do: the agg DGD deleted, a disagg one of the same name created
-        # at once (the replica's stop of the one and start of the other overlap).
-        kube.delete(ALPHA, "alpha-agg", ns)
-        kube.wait_for(Watch(ALPHA, ns, name="alpha-agg"), lambda objs: (not objs, f"{len(objs)} left"),
-                      awaited="alpha-agg deleted", timeout=60)
-        kube.apply(disagg, ns)
+        # As step 3 then step 5 of a run do (the webhook refuses a new topology in place): the agg
+        # DGD deleted, a disagg one of the same name created at once; the replica's stop of the one
+        # and start of the other overlap.
+        _replace(kube, ns, disagg)
         _serves(kube, ns, workdir, "r1-distill")
         assert all(wait_exit(pid, 30) for pid in first), "the deleted DGD's processes still run"
-        # Replaced in place while its serving starts: the agg again, the disagg once its broker runs.
+        # Once more while the agg's serving starts (its broker runs, nothing is listed yet).
         second = set(_serving(workdir)["roles"].values())
-        kube.apply(agg, ns)
+        _replace(kube, ns, agg)
         assert procs.poll(lambda: True if set(_in(workdir, "broker")) - second else None, SERVED), \
             "the agg's broker never started"
-        kube.apply(disagg, ns)
+        _replace(kube, ns, disagg)
         _serves(kube, ns, workdir, "r1-distill")
         kube.close()
 
@@ -103,11 +109,19 @@ def test_down_ends_every_process_also_of_dgds_replaced_during_the_clusters_life(
         assert {CONTROLLERS, "etcd", "kube-apiserver"} <= set(pids)
         running = procs.marked(cluster.mark)  # every process of the cluster carries its mark
         assert set(pids.values()) | set(_in(workdir, "broker")) <= set(running)
+        # A record lost as before the fix (a start beside a stop overwrote the DGD's pid file): the
+        # broker is named nowhere but by its mark.
+        record = json.loads((workdir / "pids").read_text())
+        broker = record["pids"].pop("broker")
+        (workdir / "pids").write_text(json.dumps(record))
         started = clock.monotonic()
         down = subprocess.run([sys.executable, "-m", "deploy_suite.cli", "cluster", "down", "--name", name],
                               capture_output=True, text=True, timeout=300, check=False)
         assert down.returncode == 0, down.stderr
-        assert "no pid file named" not in down.stdout, down.stdout  # every process was recorded
+        swept = [line for line in down.stdout.splitlines() if "no pid file named" in line]
+        assert len(swept) == 1 and f"stopping 1 process(es) no pid file named: pid {broker}: " in swept[0], down.stdout
+        assert swept[0].endswith("zmq-broker.json"), swept
+        assert not procs.alive(broker)
         assert of_cluster(root) == [], [procs.cmdline(p) for p in of_cluster(root)]
         assert not any(procs.alive(p) for p in running)
         assert clock.monotonic() - started < 120
