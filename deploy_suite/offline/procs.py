@@ -11,7 +11,7 @@ Every process a cluster starts carries the cluster's mark: the environment varia
 ``DEPLOY_SUITE_CLUSTER`` set to the cluster's directory (:func:`spawn` and :func:`run` add the mark
 given, else the caller's own, so the controllers process passes its mark on to every Dynamo
 process it starts, and those to theirs). ``down`` ends every live process carrying its mark
-(:func:`end_marked`), whatever pid file was lost or overwritten on the way.
+(:func:`end_cluster`), whatever pid file was lost or overwritten on the way.
 
 Pids get reused: nothing here signals a process the caller has not identified as its own (by
 command line or mark) first. Reads of ``/proc`` are Linux-only, like the offline cluster itself.
@@ -304,7 +304,7 @@ class Finished:
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
         output: Path | None = None, split: bool = False, tied: bool = False,
-        heartbeat: Callable[[], None] | None = None, every: float = 30.0, mark: str | None = None) -> Finished:
+        heartbeat: Callable[[], None] | None = None, every: float = 30.0) -> Finished:
     """Run a one-off helper to its end.
 
     Its output is appended to ``output`` or returned (stderr apart when ``split``). ``tied`` gives
@@ -312,13 +312,13 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path 
     kwokctl or ``go build`` it started would run on. (The calling thread waits here, so it cannot
     end before the helper does; the controllers process, busy with many threads, does not ask for
     it, since a ``preexec_fn`` runs between fork and exec.) ``heartbeat`` is called every
-    ``every`` seconds while it runs (a long build says it is alive). It carries cluster mark
-    ``mark``, else the caller's own (kwokctl's components inherit the mark it is given).
+    ``every`` seconds while it runs (a long build says it is alive). It carries the mark ``env``
+    holds, else the caller's own (kwokctl's components inherit the one ``cluster.py`` gives it).
     """
     with contextlib.ExitStack() as stack:
         out: IO[bytes] = stack.enter_context(_sink(output))
         err: IO[bytes] | int = stack.enter_context(_sink(None)) if split else subprocess.STDOUT
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=marked_env(env, mark), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=marked_env(env, None), stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=err, preexec_fn=die_with_parent() if tied else None)  # noqa: PLW1509
         done = threading.Event()
         if heartbeat is not None:
