@@ -149,6 +149,10 @@ class OfflineCluster:
     def _marker(self) -> dict[str, Any] | None:
         return read_marker(self.marker_path)
 
+    @property
+    def mark(self) -> str:  # carried by every process of this cluster (procs.MARK)
+        return str(self.dir)
+
     def _pids(self) -> dict[str, int]:
         found: dict[str, int] = {}
         for f in sorted((self.dir / "pids").glob("*.pid")):
@@ -282,7 +286,7 @@ class OfflineCluster:
         return info
 
     def _kwokctl_env(self) -> dict[str, str]:
-        return {**os.environ, "KWOK_WORKDIR": str(workdir())}
+        return {**os.environ, "KWOK_WORKDIR": str(workdir()), procs.MARK: self.mark}  # its components inherit it
 
     def _create(self, bins: binaries.BinarySet) -> None:
         conf_dir = workdir() / "configs" / self.name
@@ -450,7 +454,7 @@ class OfflineCluster:
                             "--operator", self.operator, *[a for o in self.orchestrators for a in ("--with", o)],
                             *(["--webhook-port", str(self.webhook_port), "--webhook-dir", str(self.webhook_dir)]
                               if self.webhook_port else [])],
-                           log, log, cwd=self.dir)
+                           log, log, cwd=self.dir, mark=self.mark)
         # A daemon that outlives this process by design (like kwokctl's components); `down` stops it by pid.
         (self.dir / "pids" / f"{CONTROLLERS}.pid").write_text(str(procs.detach(proc)))
 
@@ -504,6 +508,7 @@ class OfflineCluster:
     def down(self) -> ClusterInfo:
         info = self.info()
         if not self.dir.exists():
+            procs.end_cluster(self.name, self.mark, self.log)  # what an earlier `down` may have missed
             self.log(f"cluster {self.name} is not running (nothing to remove)")
             return info
         marker = self._marker()
@@ -525,6 +530,7 @@ class OfflineCluster:
                       env=self._kwokctl_env(), tied=True)
         # Whatever kwokctl left (or when it is missing): our own processes, checked by command line.
         procs.terminate([p for p in pids.values() if procs.alive(p)])
+        procs.end_cluster(self.name, self.mark, self.log)
         shutil.rmtree(self.dir, ignore_errors=True)
         shutil.rmtree(workdir() / "configs" / self.name, ignore_errors=True)
         kubeconfig = Path(str(marker.get("kubeconfig", "")))

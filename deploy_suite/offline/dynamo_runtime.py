@@ -202,7 +202,9 @@ class Serving:
             # Gone from /proc already, so this returns at once; it collects the exit status.
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=_STOP_GRACE_S)
-        (self.workdir / "pids").unlink(missing_ok=True)
+        # Only our own record: a later serving of the same DGD may have written the file since.
+        if set(_pids_from(self.workdir / "pids")[1]) <= set(self.pids):
+            (self.workdir / "pids").unlink(missing_ok=True)
 
 
 def _serving_env(env: DynamoEnv, workdir: Path, broker: dict[str, str]) -> dict[str, str]:

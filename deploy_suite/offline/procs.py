@@ -7,8 +7,14 @@ build things (kwokctl, ``go build``, pip). Long-lived processes run in their own
 outlive the caller (``cluster up`` returns while the cluster runs) and are stopped as a group;
 one-off helpers can be tied to the caller with the kernel's parent-death signal instead.
 
+Every process a cluster starts carries the cluster's mark: the environment variable
+``DEPLOY_SUITE_CLUSTER`` set to the cluster's directory (:func:`spawn` and :func:`run` add the mark
+given, else the caller's own, so the controllers process passes its mark on to every Dynamo
+process it starts, and those to theirs). ``down`` ends every live process carrying its mark
+(:func:`end_cluster`), whatever pid file was lost or overwritten on the way.
+
 Pids get reused: nothing here signals a process the caller has not identified as its own (by
-command line) first. Reads of ``/proc`` are Linux-only, like the offline cluster itself.
+command line or mark) first. Reads of ``/proc`` are Linux-only, like the offline cluster itself.
 """
 
 from __future__ import annotations
@@ -32,9 +38,12 @@ from deploy_suite import clock
 
 # The kernel's parent-death signal, as the smoke test's port-forward uses it (one implementation).
 from deploy_suite.access.portforward import parent_death_signal as die_with_parent
+from deploy_suite.offline.errors import ClusterError
 
 # Local processes answer in milliseconds: poll them often, with a cap for backoffs.
 POLL_S = 0.1
+# The environment variable marking a cluster's processes; its value is the cluster's directory.
+MARK = "DEPLOY_SUITE_CLUSTER"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _T = TypeVar("_T")
 
@@ -87,6 +96,41 @@ def group_members(pgid: int) -> list[int]:
             if stat is not None and stat[1] == pgid and _live_state(pid, stat[0]):
                 members.append(pid)
     return members
+
+
+def mark_of(pid: int) -> str | None:
+    """The cluster mark in the environment ``pid`` was started with (None: none, gone, or not ours
+    to read)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    prefix = f"{MARK}=".encode()
+    for item in environ.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode(errors="replace")
+    return None
+
+
+def marked(mark: str) -> list[int]:
+    """Live processes started with cluster mark ``mark`` (never this process itself)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            pid = int(entry.name)
+            if mark_of(pid) == mark and alive(pid):
+                found.append(pid)
+    return sorted(found)
+
+
+def marked_env(env: Mapping[str, str] | None, mark: str | None) -> dict[str, str]:
+    """``env`` (default: this process's) carrying ``mark``, else the one ``env`` has, else the
+    caller's own mark if it has one."""
+    out = dict(os.environ if env is None else env)
+    tag = mark or out.get(MARK) or os.environ.get(MARK)
+    if tag:
+        out[MARK] = tag
+    return out
 
 
 def rss_bytes(pid: int) -> int:
@@ -183,15 +227,52 @@ def terminate_groups(pgids: Sequence[int], owned: Callable[[int], bool], grace: 
     return groups
 
 
+def end_marked(mark: str, grace: float = 10.0, rounds: int = 3) -> list[int]:
+    """End every process carrying cluster mark ``mark``: SIGTERM, SIGKILL what outlives ``grace``
+    (waits on each process's exit, an event), then look again, since a process being stopped can
+    start another; at most ``rounds`` times. Returns the marked processes still running (none,
+    unless one cannot be killed)."""
+    for _ in range(rounds):
+        found = marked(mark)
+        if not found:
+            return []
+        terminate(found, grace)
+    return marked(mark)
+
+
+def end_cluster(name: str, mark: str, log: Callable[[str], None]) -> None:
+    """``down``'s last sweep (either provider): end every process still carrying cluster ``name``'s
+    mark, whichever pid file lost it, and verify none remains (else fail, leaving the state)."""
+    stray = marked(mark)
+    if stray:  # none when every pid file was kept: name what one lost
+        log(f"cluster {name}: stopping {len(stray)} process(es) no pid file named: {_named(stray)}")
+    left = end_marked(mark) if stray else []
+    if left:
+        raise ClusterError(f"cluster {name}: processes still run after SIGKILL: {_named(left)}; fix: end them "
+                           f"yourself, then run `deploy-suite cluster down --name {name}` again")
+
+
+def _named(pids: Sequence[int]) -> str:
+    """``pid <n>: <command line>`` each on one line, a long one cut in its middle (scripts given
+    with ``-c`` are long; the arguments that say what it serves come last)."""
+    shown = []
+    for pid in pids:
+        cmd = " ".join(cmdline(pid).split())
+        shown.append(f"pid {pid}: {cmd if len(cmd) <= 160 else cmd[:80] + ' ... ' + cmd[-70:]}")
+    return "; ".join(shown)
+
+
 # --------------------------------------------------------------------------- starting
 
 
 def spawn(argv: Sequence[str], stdout: Path | None, stderr: Path | None, *, cwd: Path | str | None = None,
-          env: Mapping[str, str] | None = None, truncate: bool = False) -> subprocess.Popen[bytes]:
+          env: Mapping[str, str] | None = None, truncate: bool = False,
+          mark: str | None = None) -> subprocess.Popen[bytes]:
     """Start a long-lived process in its own session (it outlives the caller; stop it as a group).
 
     Its output goes to ``stdout`` and ``stderr`` (one file when they are the same path, appended
-    unless ``truncate``; None is /dev/null); stdin is /dev/null.
+    unless ``truncate``; None is /dev/null); stdin is /dev/null. It carries cluster mark ``mark``,
+    else the caller's own (see :func:`marked_env`).
     """
     mode = "wb" if truncate else "ab"
     with contextlib.ExitStack() as stack:
@@ -201,7 +282,7 @@ def spawn(argv: Sequence[str], stdout: Path | None, stderr: Path | None, *, cwd:
             err = subprocess.DEVNULL
         elif stderr != stdout:
             err = stack.enter_context(stderr.open(mode))
-        return subprocess.Popen(list(argv), cwd=cwd, env=None if env is None else dict(env),
+        return subprocess.Popen(list(argv), cwd=cwd, env=marked_env(env, mark),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
 
 
@@ -231,12 +312,13 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path 
     kwokctl or ``go build`` it started would run on. (The calling thread waits here, so it cannot
     end before the helper does; the controllers process, busy with many threads, does not ask for
     it, since a ``preexec_fn`` runs between fork and exec.) ``heartbeat`` is called every
-    ``every`` seconds while it runs (a long build says it is alive).
+    ``every`` seconds while it runs (a long build says it is alive). It carries the mark ``env``
+    holds, else the caller's own (kwokctl's components inherit the one ``cluster.py`` gives it).
     """
     with contextlib.ExitStack() as stack:
         out: IO[bytes] = stack.enter_context(_sink(output))
         err: IO[bytes] | int = stack.enter_context(_sink(None)) if split else subprocess.STDOUT
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=None if env is None else dict(env), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=marked_env(env, None), stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=err, preexec_fn=die_with_parent() if tied else None)  # noqa: PLW1509
         done = threading.Event()
         if heartbeat is not None:

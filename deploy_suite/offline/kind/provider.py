@@ -18,7 +18,7 @@ has created the nodes, ``up``:
 
 State lives under ``~/.cache/deploy-suite/kind/clusters/<name>``; its marker names the provider,
 so ``status`` and ``down`` find it. ``down`` removes only this cluster's containers, their
-volumes and its network.
+volumes and its network, and ends every host process carrying the cluster's mark (``procs.MARK``).
 """
 
 from __future__ import annotations
@@ -132,6 +132,10 @@ class KindProvider:
         self.dir.mkdir(parents=True, exist_ok=True)
         procs.write_atomic(self.marker_path, json.dumps({
             "name": self.name, "provider": PROVIDER, "created_by": "deploy-suite", **fields}, indent=2))
+
+    @property
+    def mark(self) -> str:  # carried by every host process of this cluster (procs.MARK)
+        return str(self.dir)
 
     def _recorded(self, key: str, default: Any) -> Any:
         return (self._marker() or {}).get(key, default)
@@ -382,7 +386,7 @@ class KindProvider:
         (self.dir / "pids").mkdir(parents=True, exist_ok=True)
         log = self.dir / "logs" / f"{key}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        proc = procs.spawn(argv, log, log, cwd=self.dir)
+        proc = procs.spawn(argv, log, log, cwd=self.dir, mark=self.mark)
         (self.dir / "pids" / f"{key}.pid").write_text(str(procs.detach(proc)))
 
     def _gateway(self) -> str:
@@ -458,9 +462,11 @@ class KindProvider:
         if marker is None:
             if self.dir.exists():
                 raise ClusterError(f"{self.dir} was not created by deploy-suite; fix: it is left untouched")
+            procs.end_cluster(self.name, self.mark, self.log)  # what an earlier `down` may have missed
             self.log(f"cluster {self.name} is not running (nothing to remove)")
             return info
         procs.terminate(list(self._pids().values()))
+        procs.end_cluster(self.name, self.mark, self.log)  # also what the relay, registry or controllers started
         kind = tools.kind_dir() / "kind"
         if kind.exists():
             self._kind_delete(kind)

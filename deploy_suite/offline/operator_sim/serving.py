@@ -110,6 +110,7 @@ class Servings:
         self.dynamo_version = dynamo_version
         self._lock = threading.Lock()
         self._states: dict[str, ServingState] = {}
+        self._serials: dict[str, threading.Lock] = {}  # key -> its lock (see _serial)
         self._env: dynamo_env.DynamoEnv | None = None
         self._env_error: str | None = None
         self._env_ready = threading.Event()
@@ -185,15 +186,35 @@ class Servings:
         namespace, name = key.split("/", 1)
         return self.root / namespace / name
 
+    def _serial(self, key: str) -> threading.Lock:
+        """The lock that keeps one DGD's starts and stops from overlapping: they share the DGD's
+        working directory and its pid file, and a start running beside a stop (a DGD replaced or
+        deleted while its serving started) overwrote or removed the other's record, which let its
+        processes outlive `cluster down`."""
+        with self._lock:
+            return self._serials.setdefault(key, threading.Lock())
+
     def _start(self, plan: Plan, st: ServingState, old: ServingState | None) -> None:
+        with self._serial(plan.key):
+            again = self._start_alone(plan, st, old)
+        if again:
+            clock.sleep(1.0)
+        self.requeue(plan.key)
+
+    def _start_alone(self, plan: Plan, st: ServingState, old: ServingState | None) -> bool:
+        """Start ``st``'s serving (the DGD's lock held); True when it should be tried again."""
         workdir = self._workdir(plan.key)
+        serving: dynamo_runtime.Serving | None = None
         try:
             if old is not None and old.serving is not None:
                 old.serving.stop()
+            with self._lock:
+                if self._states.get(plan.key) is not st:
+                    return False  # replaced while it waited: the newer start stops what is left
             self._env_ready.wait()
             if self._env is None:
                 st.state = "failed"
-                return
+                return False
             fault = self._fault_for(plan.key)
             serving = self._adopt(workdir, plan, fault)
             if serving is None:
@@ -211,7 +232,7 @@ class Servings:
                 current = self._states.get(plan.key) is st
             if not current:  # the DGD went away (or changed) while we were starting
                 serving.stop()
-                return
+                return False
             st.serving = serving
             st.state = "ready"
         except Unavailable as exc:  # the API server restarting: not this DGD's failure, start it again
@@ -220,12 +241,14 @@ class Servings:
             with self._lock:
                 if self._states.get(plan.key) is st:
                     del self._states[plan.key]
-            clock.sleep(1.0)
+            return True
         except Exception as exc:  # logged; the DGD keeps being reported from its Deployments
+            if serving is not None:  # started but never ready: its processes serve nothing
+                serving.stop()
             st.state = "failed"
             st.error = f"{type(exc).__name__}: {exc}"
             self.log(f"operator-sim: serving {plan.key} failed to start: {st.error}")
-        self.requeue(plan.key)
+        return False
 
     def _adopt(self, workdir: Path, plan: Plan, fault: str | None) -> dynamo_runtime.Serving | None:
         """A serving a previous controllers process started for the same DGD and settings."""
@@ -246,10 +269,15 @@ class Servings:
         workdir = self._workdir(key)
 
         def stop() -> None:
-            if st is not None and st.serving is not None:
-                st.serving.stop()
-            self.logs.forget(workdir)
-            stopped = dynamo_runtime.stop_all(workdir) if workdir.is_dir() else []
+            with self._serial(key):
+                if st is not None and st.serving is not None:
+                    st.serving.stop()
+                with self._lock:
+                    back = key in self._states
+                if back:  # a DGD of the same name came back: its start stops whatever is left first
+                    return
+                self.logs.forget(workdir)
+                stopped = dynamo_runtime.stop_all(workdir) if workdir.is_dir() else []
             if st is not None or stopped:
                 self.log(f"operator-sim: {key} deleted: serving stopped")
 
@@ -260,7 +288,8 @@ class Servings:
         for workdir in sorted(p for p in self.root.glob("*/*") if p.is_dir()):
             key = f"{workdir.parent.name}/{workdir.name}"
             if key not in alive:
-                stopped = dynamo_runtime.stop_all(workdir)
+                with self._serial(key):
+                    stopped = dynamo_runtime.stop_all(workdir)
                 if stopped:
                     self.log(f"operator-sim: stopped orphaned serving {key} ({len(stopped)} process groups)")
 
