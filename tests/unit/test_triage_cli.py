@@ -146,9 +146,16 @@ def test_the_console_script_reads_stdin():
     done = subprocess.run([sys.executable, "-m", "deploy_suite.cli", "triage", "-", "--json"],
                           input=json.dumps(events), capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1, done.stderr
-    assert json.loads(done.stdout)[0] | {"diagnosis": "", "evidence": []} == {
+    row = json.loads(done.stdout)[0]
+    assert {k: row[k] for k in ("object", "namespace", "action", "category", "can_wait", "next_check_s")} == {
         "object": "ReplicaSet/rs", "namespace": "ns", "action": "fix-dependency", "category": "dependency",
-        "diagnosis": "", "evidence": [], "can_wait": False, "next_check_s": None}
+        "can_wait": False, "next_check_s": None}
+    # The troubleshooting shape beside the verdict (docs/triage.md).
+    assert row["problem_class"] == "dependency" and row["safe_to_continue"] is False
+    assert row["next_step"] == {"command": "kubectl -n ns describe replicaset rs", "patch": None}
+    assert row["strongest_signal"] == row["evidence"][0] and "exceeded quota" in row["likely_cause"]
+    assert row["evidence_checked"] == ["1 event(s) of ReplicaSet/rs"]
+    assert row["ruled_out"] == ["a failed attempt: the candidate's manifest is not at fault"]
 
 
 # ------------------------------------------------------------------ nodes: device plugin, oversize, taints
