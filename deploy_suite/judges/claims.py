@@ -83,6 +83,16 @@ def provisioning_failed(cause: str) -> Words:
     return Words(TriageCategory.UNKNOWN, STORAGE, "the provisioner failed for a cause no rule reads: it retries")
 
 
+def missing_class(events: Iterable[Obj]) -> str | None:
+    """The StorageClass a claim's ``ProvisioningFailed`` says does not exist, if one does."""
+    for event in events:
+        if event.get("reason") == "ProvisioningFailed":
+            found = _CLASS_MISSING.search(str(event.get("message") or ""))
+            if found is not None:
+                return found.group("cls")
+    return None
+
+
 def _phase(pvc: Obj | None) -> str:
     return str(((pvc or {}).get("status") or {}).get("phase") or "")
 
@@ -124,6 +134,8 @@ def claim_wait(pod_verdict: Verdict, claims: Mapping[str, tuple[Obj | None, Sequ
     final word decides (a missing class, a refused access mode); a claim still being bound or
     provisioned, or one with no word yet, is a legitimate wait (``provisioning``); a claim that does
     not exist stays the pod's dependency verdict."""
+    if not claims:  # no claim named (nothing to read): the scheduler's words stand
+        return pod_verdict
     found = []
     for name, (pvc, events) in claims.items():
         if pvc is None:

@@ -48,14 +48,13 @@ def pod_cause(pod_name: str, pod: Obj | None, logs: Logs) -> Verdict | None:
     """Why one of the Job's pods failed: a signature in a container's words (decided at once, the
     Job being over), else the kubelet's reason for evicting or refusing it."""
     subject = f"pod {pod_name}"
-    for cs in _statuses(pod or {}):
+    ended = [cs for cs in _statuses(pod or {}) if signatures.termination(cs)]
+    for cs in ended:
         lines = logs.get(str(cs.get("name"))) or logs.get("") or ()
-        if signatures.termination(cs):
-            found = triage.from_signature(f"{subject} container {cs.get('name')}", cs, lines,
-                                          triage.CRASH_LOOP_RESTARTS)
-            if found is not None:
-                return found
-    if pod is None or not _statuses(pod):
+        found = triage.from_signature(f"{subject} container {cs.get('name')}", cs, lines, triage.CRASH_LOOP_RESTARTS)
+        if found is not None:
+            return found
+    if not ended:  # no termination recorded (a pod status not given, or cut short): the logs alone
         for container, lines in logs.items():
             found = triage.from_signature(f"{subject} container {container or '?'}",
                                           {"lastState": {"terminated": {"exitCode": 1}}}, lines,
