@@ -8,10 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from deploy_suite import cli, yamlio
 from deploy_suite.judges import objects as triage_objects
+from deploy_suite.vocab import Action, TriageCategory
 
 DATA = Path(__file__).parent / "data" / "triage"
 PATHS = sorted(DATA.glob("*.yaml"))
@@ -159,3 +161,24 @@ def test_held_out_and_negative_vectors_never_claim_a_guessed_action():
     assert len(held) >= 30 and len(negative) >= 8
     # A negative vector is words no rule may read: unknown (shown) or no verdict at all.
     assert all(v["expect"] in (None, {"action": "unknown", "category": "unknown"}) for v in negative)
+
+
+SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "triage.schema.json"
+
+
+def test_the_json_output_of_every_vector_follows_the_published_schema(tmp_path, capsys):
+    # docs/triage.schema.json is what an agent loop reads: every finding, the troubleshooting shape included.
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    events, objects, _ = all_in_one()
+    (tmp_path / "events.json").write_text(json.dumps(events, default=str))
+    (tmp_path / "pods.json").write_text(json.dumps(objects, default=str))
+    code, out, _ = run_cli([str(tmp_path / "events.json"), "--pods", str(tmp_path / "pods.json"), "--json"], capsys)
+    rows = json.loads(out)
+    assert code == 1 and rows
+    jsonschema.Draft202012Validator(schema).validate(rows)
+    # The schema's vocabularies are the code's (vocab.py).
+    assert set(schema["$defs"]["category"]["enum"]) == {c.value for c in TriageCategory} - {"cleared"}
+    assert set(schema["$defs"]["action"]["enum"]) == {a.value for a in Action}
+    assert all(r["problem_class"] == r["category"] and r["safe_to_continue"] == (r["action"] in {"wait",
+               "failed-attempt"}) for r in rows)
