@@ -13,8 +13,9 @@ The PV controller (kube-controller-manager) and the external provisioner (a CSI 
 * ``VolumeMismatch`` (``Cannot bind to requested volume "<pv>": <cause>``): the volume the claim
   names does not fit it; ``FailedBinding`` without a class: no volume and nothing to make one.
 
-A pod that meets an unbound claim (``pod has unbound immediate PersistentVolumeClaims``) waits as
-long as its claim does: :func:`claim_wait` says so. A ``Multi-Attach`` error names the pods that
+A pod that meets an unbound claim (``pod has unbound immediate PersistentVolumeClaims``; a claim
+whose StorageClass does not exist counts as Immediate, component-helpers' ``IsDelayBindingMode``)
+waits as long as its claim does: :func:`claim_wait` says so. A ``Multi-Attach`` error names the pods that
 hold a single-node volume; when all of them are being deleted it is a wait for the detach
 (:func:`attach_wait`). docs/triage.md lists the verdicts; the vectors cite the sources. Pure.
 """
