@@ -92,7 +92,7 @@ _KAI_NODE_CONDITION = re.compile(r"node has (notready|memorypressure|diskpressur
 # KAI knows a node's GPU memory from GPU Feature Discovery's nvidia.com/gpu.memory label; a GPU-memory
 # request sees every node without it as "not synced" (docs/triage.md).
 _KAI_GPU_SYNC = "gpu memory count on the node was not synced"
-_SCHED_NEVER = (
+NEVER_FITS = (
     "untolerated taint", "that the pod didn't tolerate", "didn't match pod's node affinity/selector",
     "didn't match node selector", "didn't match pod anti-affinity", "didn't match pod affinity",
     "didn't satisfy existing pods anti-affinity", "didn't match pod topology spread constraints (missing required",
@@ -156,7 +156,7 @@ def judge_scheduler(message: str, speaker: str = SCHEDULER) -> Words:
     if _KAI_GPU_SYNC in low:
         return Words(TriageCategory.PLATFORM, speaker, "no node has a GPU memory count the scheduler knows (GPU "
                      "Feature Discovery's nvidia.com/gpu.memory label missing, or no GPU node)")
-    never = [n for n in _SCHED_NEVER if n in low]
+    never = [n for n in NEVER_FITS if n in low]
     if never:
         return Words(TriageCategory.FAILED_DEPLOY, speaker, ", ".join(never))
     if "waiting for resource driver" in low:

@@ -41,6 +41,8 @@ from deploy_suite.model.manifests import (
     select_download_variant,
 )
 from deploy_suite.model.workload import WORKLOAD_FIX, Workload, contract_dgd_candidates, parse_workload
+from deploy_suite.procedure import compat
+from deploy_suite.procedure.compat import Patch
 from deploy_suite.procedure.settings import Settings, SupportInput, deploy_id
 from deploy_suite.procedure.workspace import AppliedManifest, PreviousDeployment, Resume, claim, fill, read_previous
 from deploy_suite.record.ledger import Ledger
@@ -66,6 +68,9 @@ class Prepared:
     iteration: int = 0
     # What an earlier run of this iteration recorded (a rerun): its own apply, retire, allocations.
     carried: Carried = field(default_factory=Carried)
+    # Handed-over compatibility patches applied in this step, and those already applied earlier.
+    patches: tuple[Patch, ...] = ()
+    patches_skipped: tuple[str, ...] = ()
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
         """Step 1's ledger fields, and its evidence card."""
@@ -78,6 +83,8 @@ class Prepared:
             ("previous_deployment", self.previous.record(exp_root) if self.previous else None),
         ):
             ledger.set_section(name, value)
+        for patch in self.patches:
+            ledger.add_patch(patch.as_dict())
         if self.resume is not None:
             ledger.note_resume(kept=list(self.resume.kept), recopied=list(self.resume.recopied),
                                removed=list(self.resume.removed))
@@ -97,6 +104,8 @@ class Prepared:
                 "sources re-hashed after copying: unchanged",
             ],
             "dgd_precision_tokens": list(self.precision),
+            "handed_over_patches": [p.change for p in self.patches],
+            **({"handed_over_patches_already_applied": list(self.patches_skipped)} if self.patches_skipped else {}),
             "copies": {m.type: {"copy": rel(m.path, exp_root), "from": m.source.rel} for m in self.manifests},
         }
         if download is not None:
@@ -190,6 +199,10 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
     if on_directory is not None:
         on_directory(deploy_root, resuming, earlier)
     manifests, resume = fill(deploy_root, source_dgd, chosen, resuming, earlier, exp_root)
+    # The caller's Kubernetes-only fix, in place in the copies (and the earlier ones a re-made copy lost).
+    handed, skipped = compat.apply_handed(
+        settings.compat_patch, {m.type: m.path for m in manifests}, set(resume.recopied) if resume else set(),
+        [p for p in (earlier or {}).get("patches") or [] if isinstance(p, Mapping)], exp_root)
     # The sources must still be what was handed over once copied (nobody edited them meanwhile).
     for ref in (workload_file, source_dgd, *chosen.values()):
         if sha256_file(ref.path) != ref.sha256:
@@ -209,6 +222,8 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
         resume=resume,
         iteration=settings.iteration,
         carried=Carried.of(earlier if resuming else None),
+        patches=tuple(handed),
+        patches_skipped=tuple(skipped),
     )
 
 

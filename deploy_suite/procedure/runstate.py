@@ -297,7 +297,8 @@ class RunState:
         its own) only for the candidate's own failure, else ``blocked`` with its class. Returns the
         one line a person reads."""
         partial = getattr(error, "result", None)
-        attempts = len(self.ledger.data["failed_attempts"])
+        # A step that recorded its attempt itself (step 6, before its teardown) counts it once.
+        attempts = len(self.ledger.data["failed_attempts"]) - bool(getattr(partial, "attempt_recorded", False))
         if partial is not None and self.current == name:
             self.record(partial)
         stop = stops.judge(name, error)

@@ -157,7 +157,9 @@ def test_retire_deletes_only_the_previous_dgd_and_waits_for_it_and_its_pods(fake
     assert section == {**result.as_dict(), "ledger": "artifacts/deploy-iter-000/deployment_ledger.json",
                        "passed_over": []}
     assert set(section) == {"dgd", "namespace", "kube_context", "deleted_at", "existed", "pods_gone_at", "ledger",
-                            "action", "torn_down_at", "note", "kept_claims", "passed_over"}
+                            "action", "torn_down_at", "note", "kept_claims", "passed_over", "claims_unlisted",
+                            "ownership", "torn_down_basis"}
+    assert section["ownership"] == "ours" and section["torn_down_basis"] is None
     assert result.kept_claims == []
     assert result.action == "deleted" and result.torn_down_at == result.pods_gone_at
     assert run.evidence == result.as_dict()
@@ -421,16 +423,16 @@ def test_the_apply_goes_over_this_experiments_own_dgd(fake, tmp_path: Path) -> N
     ledger.validate(run.ledger.data)
 
 
-def test_retire_never_deletes_a_same_named_dgd_of_someone_else(fake, tmp_path: Path) -> None:
+def test_retire_deletes_a_dgd_another_tool_applied_when_its_ledger_names_it(fake, tmp_path: Path) -> None:
+    """The previous iteration deployed with plain ``kubectl apply`` (no field manager of ours): its
+    ledger names it (no uid recorded, as another tool writes it), so step 3 retires it."""
     api, kube, _ = fake
     previous = previous_iteration(tmp_path)
-    api.put(DGD, fakekube.dgd("demo", NS, manager=None))
+    api.put(DGD, fakekube.dgd("demo", NS, manager="kubectl-client-side-apply"))
     run = make_run(tmp_path, iteration=1, previous=previous)
-    with pytest.raises(StepBlocked, match="step 3 refuses to delete it") as caught:
-        retire.retire(run, kube)
-    assert caught.value.category == "ownership" and "field managers: none" in caught.value.message
-    assert not api.of("DELETE") and api.objects[(f"/apis/{DGD.group}/{DGD.version}", DGD.plural)][(NS, "demo")]
-    assert json.loads(previous.ledger_path.read_text())["torn_down_at"] is None
+    result = run.record(retire.retire(run, kube)).retired
+    assert result is not None and result.action == "deleted" and result.ownership == "recorded"
+    assert api.of("DELETE") and json.loads(previous.ledger_path.read_text())["torn_down_at"] == result.pods_gone_at
 
 
 # ------------------------------------------------------------------ step 6
@@ -737,3 +739,33 @@ def test_a_teardown_whose_pods_outlast_the_wait_claims_no_torn_down_at(fake, tmp
     assert "its pods were not seen gone" in teardown["reason"]
     assert run.ledger.data["torn_down_at"] is None
     ledger.validate(run.ledger.data)
+
+
+def test_a_teardown_interrupted_in_its_pods_gone_wait_leaves_the_failed_attempt_saved(fake, tmp_path: Path) -> None:
+    """Ctrl-C (or an agent's tool timeout) in the pods-gone wait: the attempt, its evidence and
+    diagnosis were saved before the delete; the ledger on disk is valid and says the delete began."""
+    api, kube, _ = fake
+    crash_looping(api)  # the fake's garbage collector is off: the pods stay, the wait is on
+    run = make_run(tmp_path, step="step6_readiness")
+    run.ledger.path = run.deploy_root / ledger.LEDGER_NAME
+    saved_at_delete: list[dict[str, Any]] = []
+    original = kube.delete
+
+    def spy(*args: Any, **kwargs: Any) -> bool:
+        saved_at_delete.append(json.loads(run.ledger.path.read_text()))  # type: ignore[union-attr]
+        deleted = original(*args, **kwargs)
+        api.fail("WATCH", f"/api/v1/namespaces/{NS}/pods", KeyboardInterrupt())  # Ctrl-C in the pods-gone wait
+        return deleted
+
+    kube.delete = spy  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        readiness.readiness(run, kube)
+    assert api.of("DELETE"), "the teardown's delete was asked for"
+    (before,) = saved_at_delete
+    (attempt,) = before["failed_attempts"]  # on disk before the delete
+    assert attempt["step"] == "step6_readiness" and attempt["category"] == "crash" and attempt["evidence"]
+    assert before["teardown"]["action"] == "deleting" and before["readiness"]["failure_evidence"]
+    data = json.loads(run.ledger.path.read_text())  # type: ignore[union-attr]
+    ledger.validate(data)
+    assert data["failed_attempts"] == before["failed_attempts"] and data["teardown"]["action"] == "deleting"
+    assert data["torn_down_at"] is None

@@ -10,6 +10,7 @@ from deploy_suite import clock
 from deploy_suite.access.kube import DGD, KNOWN
 from deploy_suite.errors import StepBlocked, StepFailure, WaitTimeout
 from deploy_suite.judges import triage
+from deploy_suite.judges import waiting as waiting_judge
 from deploy_suite.model.scheduling import pod_request, quantity
 from deploy_suite.procedure import waits
 from deploy_suite.procedure.smoke import parse_instance_id
@@ -515,3 +516,23 @@ def test_a_ready_node_an_unknown_node_and_an_unbound_pod_give_no_node_verdict() 
     assert triage.node_lost(bound, _node("True")) is None
     assert triage.node_lost(bound, None) is None  # deleted: the pod GC deletes its pods, they say so
     assert triage.node_lost({"metadata": {"name": "w-0"}, "spec": {}}, _node("Unknown")) is None
+
+
+def test_a_mixed_shortage_and_taint_message_without_node_reads_is_no_hold_decision() -> None:
+    # The scheduler's usual mixed message; a namespace-scoped identity cannot read nodes.
+    message = ("0/4 nodes are available: 2 Insufficient nvidia.com/gpu, 2 node(s) had untolerated taint "
+               "{dedicated: tenant-b}. preemption: 0/4 nodes are available: 2 No preemption victims found for "
+               "incoming pod, 2 Preemption is not helpful for scheduling.")
+    pod = {"metadata": {"name": "w-0"}, "status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]}}
+    verdict = triage.triage_pending(pod, [], None)
+    assert verdict is not None and verdict.can_wait and not verdict.verified
+    assert "cannot be told" in verdict.diagnosis and "--compat-patch" in verdict.diagnosis
+    # Not a sign of a legitimate wait: step 6's no-progress bound counts while it lasts.
+    assert waiting_judge.judge([pod], 1, {"w-0": verdict}, {}, dgd_pending=None, fallback=clock.now()).stuck
+    # Only a shortage: contention, a bounded-by-readiness legitimate wait as before.
+    short = {"metadata": {"name": "w-0"}, "status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]}}
+    held = triage.triage_pending(short, [], None)
+    assert held is not None and held.can_wait and held.verified
