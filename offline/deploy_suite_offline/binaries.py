@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy_suite import clock
-from deploy_suite.offline import procs
-from deploy_suite.offline.errors import ClusterError
+from deploy_suite_offline import procs
+from deploy_suite_offline.errors import ClusterError
 
 # Versions verified to build together from the proxy with Go 1.26 (see README, "Offline cluster").
 KUBERNETES_VERSION = "v1.36.1"

@@ -27,16 +27,17 @@ from deploy_suite import clock, yamlio
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.errors import Conflict, KubeError, WaitTimeout
-from deploy_suite.offline import binaries, dynamo_env, dynamo_runtime, pools, procs, restart, webhook
-from deploy_suite.offline.errors import ClusterError
-from deploy_suite.offline.operator_sim import profiles
-from deploy_suite.offline.procs import wait_exit as wait_exit  # tests wait on cluster processes by this name
+from deploy_suite_offline import binaries, dynamo_env, dynamo_runtime, pools, procs, restart, webhook
+from deploy_suite_offline.errors import ClusterError
+from deploy_suite_offline.operator_sim import profiles
+from deploy_suite_offline.procs import wait_exit as wait_exit  # tests wait on cluster processes by this name
 
 MARKER = "deploy-suite.json"
 MANIFESTS = Path(__file__).with_name("manifests")
 KWOK_CRDS = ("Stage", "PortForward", "ClusterPortForward", "Logs", "ClusterLogs")
 KWOK_CRD_PLURALS = ("stages", "portforwards", "clusterportforwards", "logs", "clusterlogs")
 CONTROLLERS = "deploy-suite-controllers"
+UP_TIMEOUT_S = 120.0  # `up`'s default bound on the wait for nodes and CRDs (provider.ClusterProvider.up)
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
@@ -102,7 +103,7 @@ class ClusterInfo:
     created_at: str = ""
     operator: str = profiles.DEFAULT_PROFILE
     orchestrators: list[str] = field(default_factory=list)
-    provider: str = "kwok"  # kwok (this module) or kind (deploy_suite/offline/kind/provider.py)
+    provider: str = "kwok"  # kwok (this module) or kind (offline/deploy_suite_offline/kind/provider.py)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -194,9 +195,8 @@ class OfflineCluster:
             operator=str(marker.get("operator", self.operator)),
             orchestrators=list(marker.get("with", self.orchestrators)))
 
-    def kube(self, on_command: Callable[..., None] | None = None) -> Kube:
-        return Kube(self.context, self.info().kubeconfig, on_command=on_command,
-                    user_agent=f"deploy-suite-cluster/{self.name}")
+    def kube(self) -> Kube:
+        return Kube(self.context, self.info().kubeconfig, user_agent=f"deploy-suite-cluster/{self.name}")
 
     # ------------------------------------------------------------------ status
     def status(self) -> ClusterInfo:
@@ -213,7 +213,8 @@ class OfflineCluster:
         return read_nodes(info, self.kube, self.log)
 
     # ------------------------------------------------------------------ up
-    def up(self, wait_timeout: float = 120.0) -> ClusterInfo:
+    def up(self, wait_timeout: float | None = None) -> ClusterInfo:
+        wait_timeout = UP_TIMEOUT_S if wait_timeout is None else wait_timeout
         layout = pools.load(self.pools_spec)  # bad pool input fails before anything starts
         marker = self._marker()
         if self.dir.exists() and marker is None:
@@ -442,10 +443,10 @@ class OfflineCluster:
 
     def _ensure_controllers(self) -> None:
         pid = self._pids().get(CONTROLLERS)
-        if pid and procs.alive(pid) and "deploy_suite.offline.controllers" in procs.cmdline(pid):
+        if pid and procs.alive(pid) and "deploy_suite_offline.controllers" in procs.cmdline(pid):
             return
         log = self.dir / "logs" / f"{CONTROLLERS}.log"
-        proc = procs.spawn([sys.executable, "-m", "deploy_suite.offline.controllers", "--kubeconfig",
+        proc = procs.spawn([sys.executable, "-m", "deploy_suite_offline.controllers", "--kubeconfig",
                             str(self.kubeconfig), "--context", self.context, "--cluster-dir", str(self.dir),
                             "--operator", self.operator, *[a for o in self.orchestrators for a in ("--with", o)],
                             *(["--webhook-port", str(self.webhook_port), "--webhook-dir", str(self.webhook_dir)]

@@ -7,11 +7,11 @@ real cluster): it honours ``WaitForFirstConsumer`` by waiting for the scheduler'
 pre-bound through ``claimRef``, and deletes released PVs (reclaim policy ``Delete``). The real PV
 controller in kube-controller-manager does the binding.
 
-It serves the operator's admission webhooks over TLS on 127.0.0.1 (:mod:`deploy_suite.offline.webhook`)
-and runs the Dynamo operator simulator (:mod:`deploy_suite.offline.operator_sim`): DGDs become
+It serves the operator's admission webhooks over TLS on 127.0.0.1 (:mod:`deploy_suite_offline.webhook`)
+and runs the Dynamo operator simulator (:mod:`deploy_suite_offline.operator_sim`): DGDs become
 Deployments, Services and status, and get a local Dynamo frontend + mocker behind kwok port-forwards.
 
-Run as ``python -m deploy_suite.offline.controllers --kubeconfig K --context C --cluster-dir D``.
+Run as ``python -m deploy_suite_offline.controllers --kubeconfig K --context C --cluster-dir D``.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from typing import Any
 from deploy_suite import clock
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.errors import Conflict, KubeError, NotFound
-from deploy_suite.offline.kai import KaiBinder
-from deploy_suite.offline.operator_sim import profiles
-from deploy_suite.offline.operator_sim.controller import OperatorSim
-from deploy_suite.offline.pools import PROVISIONER
-from deploy_suite.offline.webhook import WebhookServer
+from deploy_suite_offline.kai import KaiBinder
+from deploy_suite_offline.operator_sim import profiles
+from deploy_suite_offline.operator_sim.controller import OperatorSim
+from deploy_suite_offline.pools import PROVISIONER
+from deploy_suite_offline.webhook import WebhookServer
 
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
@@ -120,7 +120,7 @@ def run_loop(name: str, events: Callable[[], Any], handler: Callable[[str, Obj],
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="deploy_suite.offline.controllers")
+    parser = argparse.ArgumentParser(prog="deploy_suite_offline.controllers")
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--context", required=True)
     parser.add_argument("--cluster-dir", required=True, help="the cluster's state directory")

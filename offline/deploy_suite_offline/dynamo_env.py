@@ -23,8 +23,8 @@ from pathlib import Path
 
 from deploy_suite import clock
 from deploy_suite.errors import cut
-from deploy_suite.offline import binaries, procs
-from deploy_suite.offline.errors import ClusterError
+from deploy_suite_offline import binaries, procs
+from deploy_suite_offline.errors import ClusterError
 
 DEFAULT_VERSION = "1.6.1"
 

@@ -7,7 +7,7 @@ port-forward, the operator simulator's serving) points the pod's port 8000 at, s
 test talks to genuine Dynamo code.
 
 ``start_serving`` / ``Serving`` are the processes of one DGD, each in its own session so it
-outlives the caller and is killed as a group (:mod:`deploy_suite.offline.procs`); pid files let
+outlives the caller and is killed as a group (:mod:`deploy_suite_offline.procs`); pid files let
 ``stop_all`` clean up after a crash. Fault switches are served by ``faultproxy.py`` (stdlib only)
 run in front of the frontend.
 """
@@ -28,9 +28,9 @@ import httpx
 
 from deploy_suite import clock
 from deploy_suite.errors import InputError, WaitTimeout, cut
-from deploy_suite.offline import procs
-from deploy_suite.offline.dynamo_env import OFFLINE_ENV, DynamoEnv
-from deploy_suite.offline.errors import ClusterError
+from deploy_suite_offline import procs
+from deploy_suite_offline.dynamo_env import OFFLINE_ENV, DynamoEnv
+from deploy_suite_offline.errors import ClusterError
 
 FAULTS = ("chat-500", "never-list", "error-object", "model-not-ready")
 # As accepted by `python -m dynamo.frontend --router-mode` in 1.6.1.

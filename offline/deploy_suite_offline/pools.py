@@ -15,7 +15,7 @@ from typing import Any
 from deploy_suite import yamlio
 from deploy_suite.constants import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from deploy_suite.errors import InputError
-from deploy_suite.offline.errors import ClusterError
+from deploy_suite_offline.errors import ClusterError
 
 POOLS_DIR = Path(__file__).with_name("pools")
 PROVISIONER = "deploy-suite.local/hostpath"

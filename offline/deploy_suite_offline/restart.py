@@ -4,7 +4,7 @@ kwokctl starts the control-plane components as host processes; a reliability tes
 (SIGTERM, or SIGKILL for a crash) and starts it again with the same command line, working
 directory, environment and log files, read from ``/proc/<pid>`` before the stop. The restart is
 done once the component's own health endpoint and the apiserver's ``/readyz`` answer ``ok``.
-:meth:`deploy_suite.offline.cluster.OfflineCluster.restart_component` is the entry point.
+:meth:`deploy_suite_offline.cluster.OfflineCluster.restart_component` is the entry point.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy_suite import clock
-from deploy_suite.offline import procs
-from deploy_suite.offline.errors import ClusterError
+from deploy_suite_offline import procs
+from deploy_suite_offline.errors import ClusterError
 
 Probe = Callable[[], bool]
 

@@ -10,11 +10,11 @@ process is stopped the call fails and the apiserver refuses DGD writes (a platfo
 Paths:
 
 * ``/validate-nvidia-com-dynamographdeployment``: the operator's DGD rules
-  (:mod:`deploy_suite.offline.operator_sim.admission`);
+  (:mod:`deploy_suite_offline.operator_sim.admission`);
 * ``/convert``: the DGD conversion v1alpha1 <-> v1beta1
-  (:mod:`deploy_suite.offline.operator_sim.conversion`), when ``cluster up --conversion-webhook``;
+  (:mod:`deploy_suite_offline.operator_sim.conversion`), when ``cluster up --conversion-webhook``;
 * ``/refuse-pods``: refuses every pod it is asked about, for the pod-admission fault switch
-  (:func:`deploy_suite.offline.faults.pod_admission_refusal`), whose configuration selects the pods.
+  (:func:`deploy_suite_offline.faults.pod_admission_refusal`), whose configuration selects the pods.
 
 The ConfigMap ``kube-system/deploy-suite-webhook`` (:data:`INFO_CONFIGMAP`) records the base URL
 and the CA, so fault switches can register webhooks served here.
@@ -32,10 +32,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from deploy_suite.offline.errors import ClusterError
-from deploy_suite.offline.faults import REFUSE_PODS_PATH, WEBHOOK_INFO_CONFIGMAP
-from deploy_suite.offline.operator_sim import admission, conversion
-from deploy_suite.offline.operator_sim.profiles import Profile
+from deploy_suite_offline.errors import ClusterError
+from deploy_suite_offline.faults import REFUSE_PODS_PATH, WEBHOOK_INFO_CONFIGMAP
+from deploy_suite_offline.operator_sim import admission, conversion
+from deploy_suite_offline.operator_sim.profiles import Profile
 
 Obj = dict[str, Any]
 Log = Callable[[str], None]

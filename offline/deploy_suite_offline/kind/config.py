@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from deploy_suite.constants import GPU_RESOURCE
-from deploy_suite.offline import pools
-from deploy_suite.offline.kind.nodeimage import ETCD_TAG
+from deploy_suite_offline import pools
+from deploy_suite_offline.kind.nodeimage import ETCD_TAG
 
 SHARED_MOUNT = "/var/lib/deploy-suite/pv"  # where the controllers' provisioner puts hostPath volumes
 POD_SUBNET = "10.244.0.0/16"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy_suite.errors import cut
-from deploy_suite.offline.errors import ClusterError
+from deploy_suite_offline.errors import ClusterError
 
 INSTALL_HINT = "run scripts/install-docker (installs Debian's docker.io and starts dockerd)"
 

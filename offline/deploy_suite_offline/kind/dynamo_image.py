@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy_suite import clock
-from deploy_suite.offline import dynamo_env, procs
-from deploy_suite.offline.errors import ClusterError
-from deploy_suite.offline.kind import docker, nodeimage
+from deploy_suite_offline import dynamo_env, procs
+from deploy_suite_offline.errors import ClusterError
+from deploy_suite_offline.kind import docker, nodeimage
 
 REPO = "deploy-suite/dynamo"
 BUILD_CA = "/tmp/build-ca.crt"
@@ -155,7 +155,7 @@ def _ensure_base(version: str, log: Log) -> DynamoImage:
     """Debian's Python, the ai-dynamo wheel and the tokenizer (the engines' layer goes on top)."""
     if version not in dynamo_env._DEPENDENCIES:
         raise ClusterError(f"ai-dynamo {version} has no verified dependency list; fix: use "
-                           f"{dynamo_env.DEFAULT_VERSION} or add it to deploy_suite/offline/dynamo_env.py")
+                           f"{dynamo_env.DEFAULT_VERSION} or add it to offline/deploy_suite_offline/dynamo_env.py")
     base = nodeimage.base_image(log)
     ref = f"{REPO}:{version}-{image_key(version, base)}"
 

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy_suite import clock
-from deploy_suite.offline import binaries, procs
-from deploy_suite.offline.errors import ClusterError
-from deploy_suite.offline.kind import docker
-from deploy_suite.offline.kind.tools import COREDNS_VERSION, FILES, Tools
+from deploy_suite_offline import binaries, procs
+from deploy_suite_offline.errors import ClusterError
+from deploy_suite_offline.kind import docker
+from deploy_suite_offline.kind.tools import COREDNS_VERSION, FILES, Tools
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -135,7 +135,7 @@ def component_images(kubeadm_list: list[str]) -> list[ComponentImage]:
             tag = ref.rsplit(":", 1)[-1]
             if tag != COREDNS_VERSION:  # never a tag the binary inside does not match
                 raise ClusterError(f"kubeadm asks for {ref}, this build makes CoreDNS {COREDNS_VERSION}; fix: set "
-                                   "tools.COREDNS_VERSION and the version in deploy_suite/offline/kind/coredns/go.mod")
+                                   "tools.COREDNS_VERSION and the version in deploy_suite_offline/kind/coredns/go.mod")
             found.append(ComponentImage(ref, "coredns", False))
         elif repo == "etcd":
             found.append(ComponentImage(f"{ref.rsplit(':', 1)[0]}:{ETCD_TAG}", "etcd", False))
@@ -147,7 +147,7 @@ def component_images(kubeadm_list: list[str]) -> list[ComponentImage]:
             found.append(ComponentImage(ref, repo, False))
         else:
             raise ClusterError(f"kubeadm asks for image {ref}, which this build does not know; fix: add it to "
-                               "deploy_suite/offline/kind/nodeimage.py")
+                               "offline/deploy_suite_offline/kind/nodeimage.py")
     return found
 
 

@@ -1,7 +1,7 @@
 """Everything a kind cluster and its Dynamo pods need, built now or found in the cache, in one call.
 
-``python -m deploy_suite.offline.kind.prepare`` is what ``make kind-images`` runs, and what the
-kind tests start in the background while the rest of the suite runs (``fixtures/kind.py``). The
+``python -m deploy_suite_offline.kind.prepare`` is what ``make kind-images`` runs, and what the
+kind tests start in the background while the rest of the suite runs (``deploy_suite_offline.fixtures.kind``). The
 Go builds (kind, crictl, the node binaries, CoreDNS) keep the CPU busy while the Debian root, the Dynamo
 image and the support Jobs' Python image mostly wait on Debian's mirror and PyPI, so they run side
 by side (the two images once the Debian root is imported, so it is imported once); the node image
@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from deploy_suite import clock
-from deploy_suite.offline.errors import ClusterError
-from deploy_suite.offline.kind import dynamo_image, nodeimage, python_image, tools
+from deploy_suite_offline.errors import ClusterError
+from deploy_suite_offline.kind import dynamo_image, nodeimage, python_image, tools
 
 Log = Callable[[str], None]
 

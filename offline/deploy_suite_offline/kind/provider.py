@@ -38,8 +38,8 @@ from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.constants import GPU_RESOURCE
 from deploy_suite.errors import WaitTimeout
-from deploy_suite.offline import binaries, pools, procs, webhook
-from deploy_suite.offline.cluster import (
+from deploy_suite_offline import binaries, pools, procs, webhook
+from deploy_suite_offline.cluster import (
     CONTROLLERS,
     MANIFESTS,
     MARKER,
@@ -50,13 +50,14 @@ from deploy_suite.offline.cluster import (
     read_nodes,
     wait_established,
 )
-from deploy_suite.offline.errors import ClusterError
-from deploy_suite.offline.kind import config, docker, dynamo_image, nodeimage, python_image, registry, tools
-from deploy_suite.offline.operator_sim import profiles
+from deploy_suite_offline.errors import ClusterError
+from deploy_suite_offline.kind import config, docker, dynamo_image, nodeimage, python_image, registry, tools
+from deploy_suite_offline.operator_sim import profiles
 
 PROVIDER = "kind"
 RELAY = "deploy-suite-webhook-relay"
 REGISTRY = "deploy-suite-registry"
+UP_TIMEOUT_S = 300.0  # `up`'s default bound: real kubelets pull and start their pods (provider.ClusterProvider.up)
 CLUSTER_LABEL = "io.x-k8s.kind.cluster"  # the label kind puts on its node containers
 Log = Callable[[str], None]
 
@@ -184,7 +185,8 @@ class KindProvider:
         return read_nodes(info, self.kube, self.log)
 
     # ------------------------------------------------------------------ up
-    def up(self, wait_timeout: float = 300.0) -> ClusterInfo:
+    def up(self, wait_timeout: float | None = None) -> ClusterInfo:
+        wait_timeout = UP_TIMEOUT_S if wait_timeout is None else wait_timeout
         layout = pools.load(self.pools_spec)  # bad input fails before anything starts
         why = docker.available()
         if why is not None:
@@ -396,7 +398,7 @@ class KindProvider:
 
     def _start_relay(self, gateway: str) -> None:
         port = int((self._marker() or {}).get("webhook_port") or 0)
-        self._spawn(RELAY, [sys.executable, "-m", "deploy_suite.offline.kind.relay", "--listen", f"{gateway}:{port}",
+        self._spawn(RELAY, [sys.executable, "-m", "deploy_suite_offline.kind.relay", "--listen", f"{gateway}:{port}",
                             "--to", f"127.0.0.1:{port}", "--state", str(self.dir)])
         plane = f"{self.name}-control-plane"
         # A transient unit of the node's systemd: restarted if it dies, gone with the container.
@@ -409,7 +411,7 @@ class KindProvider:
             return
         address = f"{gateway}:{port}"
         if REGISTRY not in self._pids():
-            self._spawn(REGISTRY, [sys.executable, "-m", "deploy_suite.offline.kind.registry", "--listen", address,
+            self._spawn(REGISTRY, [sys.executable, "-m", "deploy_suite_offline.kind.registry", "--listen", address,
                                    "--state", str(self.dir), "--image", str(self._dynamo_export()),
                                    "--python-image", str(self._python_export())])
         hosts = registry.hosts_toml(address).encode()
@@ -437,7 +439,7 @@ class KindProvider:
     def _ensure_controllers(self) -> None:
         port = int((self._marker() or {}).get("webhook_port") or 0)
         self._spawn(CONTROLLERS, [
-            sys.executable, "-m", "deploy_suite.offline.controllers", "--kubeconfig", str(self.kubeconfig),
+            sys.executable, "-m", "deploy_suite_offline.controllers", "--kubeconfig", str(self.kubeconfig),
             "--context", self.context, "--cluster-dir", str(self.dir), "--operator", self.operator, "--no-serving",
             "--discovery", "kubernetes",
             *[a for o in self.orchestrators for a in ("--with", o)],

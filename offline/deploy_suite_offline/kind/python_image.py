@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from deploy_suite import clock
-from deploy_suite.offline import dynamo_env
-from deploy_suite.offline.kind import docker, dynamo_image, nodeimage
+from deploy_suite_offline import dynamo_env
+from deploy_suite_offline.kind import docker, dynamo_image, nodeimage
 
 REPO = "deploy-suite/python"
 PYTHON_SERIES = "3.11"  # Debian bookworm's python3, whatever tag the registry serves it under
@@ -42,7 +42,7 @@ HF_SCRIPT = ("#!/usr/local/bin/python\n# deploy-suite: huggingface_hub's CLI aga
              "(docs/offline-cluster.md)\nimport sys\n\nfrom deploy_suite_hub_replica import run_hf\n\n"
              "sys.exit(run_hf())\n")
 README = ("# {model} (deploy-suite hub replica)\n\nNot the model: the tiny word-level tokenizer deploy-suite "
-          "generates (deploy_suite/offline/dynamo_env.py), served under this name by the hub replica of the kind "
+          "generates (deploy_suite_offline/dynamo_env.py), served under this name by the hub replica of the kind "
           "provider's Python image, since no hub is reachable there.\n")
 Log = Callable[[str], None]
 

@@ -21,7 +21,7 @@ pull it as they pull any image, on demand. Each node's containerd is pointed at 
 the registries DGDs name (``hosts_toml``; the file's ``server`` is this registry, so containerd
 does not fall back to the real host).
 
-Run as ``python -m deploy_suite.offline.kind.registry --listen HOST:PORT --state DIR [--image DIR]
+Run as ``python -m deploy_suite_offline.kind.registry --listen HOST:PORT --state DIR [--image DIR]
 [--python-image DIR]``.
 """
 
@@ -220,7 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="deploy_suite.offline.kind.registry")
+    parser = argparse.ArgumentParser(prog="deploy_suite_offline.kind.registry")
     parser.add_argument("--listen", required=True, help="HOST:PORT (the cluster network's gateway)")
     parser.add_argument("--state", default="", help="the cluster directory (names the owner in the command line)")
     parser.add_argument("--image", default="", help="an exported Dynamo image (export()) served under DYNAMO_REPOS")

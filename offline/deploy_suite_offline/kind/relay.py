@@ -7,7 +7,7 @@ network's gateway, reachable only from that network's containers), and inside th
 node a ``socat`` listening on the node's 127.0.0.1 forwards there: the webhook's URL and its
 certificate for IP 127.0.0.1 stay valid unchanged.
 
-Run as ``python -m deploy_suite.offline.kind.relay --listen HOST:PORT --to HOST:PORT``.
+Run as ``python -m deploy_suite_offline.kind.relay --listen HOST:PORT --to HOST:PORT``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="deploy_suite.offline.kind.relay")
+    parser = argparse.ArgumentParser(prog="deploy_suite_offline.kind.relay")
     parser.add_argument("--listen", required=True, help="HOST:PORT to accept on (the cluster network's gateway)")
     parser.add_argument("--to", required=True, help="HOST:PORT to forward to (a loopback server)")
     parser.add_argument("--state", default="", help="the cluster directory (names the owner in the command line)")

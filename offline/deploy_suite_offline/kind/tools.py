@@ -2,7 +2,7 @@
 
 kind and crictl are pinned (``KIND_VERSION``, ``CRICTL_VERSION``) and installed with ``go install``;
 the node's kubelet, kubeadm, kubectl and kube-proxy come from the same Go wrapper module as the control plane
-(``deploy_suite/offline/gomod``, see ``binaries.py``), the pod sandbox's ``pause`` from
+(``offline/deploy_suite_offline/gomod``, see ``binaries.py``), the pod sandbox's ``pause`` from
 ``files/pause.go``, and CoreDNS (``COREDNS_VERSION``, the version kubeadm names) from our own small
 module ``coredns/``: CoreDNS as a library with only the plugins kubeadm's Corefile uses. Each set
 lives in a directory named by its versions (CoreDNS's also by the hash of its module's files) under
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy_suite import clock
-from deploy_suite.offline import binaries, procs
-from deploy_suite.offline.errors import ClusterError
+from deploy_suite_offline import binaries, procs
+from deploy_suite_offline.errors import ClusterError
 
 KIND_VERSION = "v0.33.0"
 CRICTL_VERSION = "v1.37.0"  # cri-tools: `crictl` inside the nodes, as on kind's own images

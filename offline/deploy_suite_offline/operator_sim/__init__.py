@@ -33,7 +33,7 @@ The modules, one seam each:
 
 * :mod:`.plan`: what children a DGD asks for, computed from the object alone (pure);
 * :mod:`.controller`: the watch loops, the work queue, reconcile and the status writes
-  (:class:`~.controller.OperatorSim` is what ``deploy_suite.offline.controllers`` runs);
+  (:class:`~.controller.OperatorSim` is what ``deploy_suite_offline.controllers`` runs);
 * :mod:`.serving`: starting, adopting and stopping the Dynamo processes of a DGD and wiring its
   pods to them.
 

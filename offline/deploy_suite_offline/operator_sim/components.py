@@ -20,7 +20,7 @@ from typing import Any
 
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_SELECTOR
 from deploy_suite.model.dgd import WORKER_TYPES, Component
-from deploy_suite.offline.operator_sim.plan import LABEL_MANAGED_BY, MANAGED_BY, Plan, child_name
+from deploy_suite_offline.operator_sim.plan import LABEL_MANAGED_BY, MANAGED_BY, Plan, child_name
 
 Obj = dict[str, Any]
 

@@ -2,7 +2,7 @@
 
 Level-based like a real controller: DGD, Deployment and Pod events only put a DGD's key on a
 deduplicating work queue; one worker reconciles a key at a time from the objects as they are now.
-A reconcile builds the :class:`~deploy_suite.offline.operator_sim.plan.Plan`, checks the PVCs,
+A reconcile builds the :class:`~deploy_suite_offline.operator_sim.plan.Plan`, checks the PVCs,
 applies the children (once per DGD generation; a deleted child brings them back), asks the
 serving whether the served components answer, and writes the status through the status
 subresource as the operator writes it (state, the Ready condition with its reasons,
@@ -24,10 +24,10 @@ from deploy_suite.access.kube import Kube, Obj, Resource, translate
 from deploy_suite.constants import DGD_GROUP, DGD_KIND, DGD_PLURAL, LABEL_DGD_NAME
 from deploy_suite.errors import Invalid, KubeError, NotFound
 from deploy_suite.model.dgd import Component
-from deploy_suite.offline import dynamo_env
-from deploy_suite.offline.errors import ReconcileError
-from deploy_suite.offline.operator_sim import components, discovery, faultswitch, grove, multinode, profiles
-from deploy_suite.offline.operator_sim.plan import (
+from deploy_suite_offline import dynamo_env
+from deploy_suite_offline.errors import ReconcileError
+from deploy_suite_offline.operator_sim import components, discovery, faultswitch, grove, multinode, profiles
+from deploy_suite_offline.operator_sim.plan import (
     Plan,
     build_plan,
     child_name,
@@ -35,7 +35,7 @@ from deploy_suite.offline.operator_sim.plan import (
     is_alpha,
     owner_reference,
 )
-from deploy_suite.offline.operator_sim.serving import Servings
+from deploy_suite_offline.operator_sim.serving import Servings
 
 DGD_BETA = Resource(DGD_GROUP, "v1beta1", DGD_PLURAL, True, DGD_KIND)
 DGD_ALPHA = Resource(DGD_GROUP, "v1alpha1", DGD_PLURAL, True, DGD_KIND)

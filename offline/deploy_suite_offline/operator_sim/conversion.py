@@ -27,7 +27,7 @@ import json
 from typing import Any
 
 from deploy_suite.model.frontend import SIDECAR_CONTAINER
-from deploy_suite.offline.operator_sim.plan import merge_env
+from deploy_suite_offline.operator_sim.plan import merge_env
 
 Obj = dict[str, Any]
 

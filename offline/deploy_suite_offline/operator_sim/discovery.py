@@ -23,7 +23,7 @@ from typing import Any
 
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_DYNAMO_NAMESPACE
 from deploy_suite.model.dgd import MAIN_CONTAINER, WORKER_TYPES
-from deploy_suite.offline.operator_sim.plan import (
+from deploy_suite_offline.operator_sim.plan import (
     FRONTEND_PORT,
     LABEL_MANAGED_BY,
     MANAGED_BY,

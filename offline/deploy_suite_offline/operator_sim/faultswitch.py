@@ -2,7 +2,7 @@
 
 Switched on from the cluster side (never by editing the DGD under test) with the ConfigMap
 ``kube-system/deploy-suite-operator-faults``, data ``<namespace>.<dgd>: <fault>``; read at every
-reconcile. :mod:`deploy_suite.offline.faults` has helpers to set and clear them. Faults:
+reconcile. :mod:`deploy_suite_offline.faults` has helpers to set and clear them. Faults:
 
 * ``transient-failed[:SECONDS]``: the first reconcile of each DGD generation writes state
   ``failed`` with a 409-conflict message, as the operator does with any reconcile error; the next
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deploy_suite.constants import GPU_RESOURCE
-from deploy_suite.offline.faults import OPERATOR_FAULTS_CONFIGMAP
+from deploy_suite_offline.faults import OPERATOR_FAULTS_CONFIGMAP
 
 Obj = dict[str, Any]
 

@@ -7,7 +7,7 @@ whose replicas each hold a leader clique ``<pcsg>-<r>-<component>-ldr`` (1 pod) 
 clique ``<pcsg>-<r>-<component>-wkr`` (nodeCount-1 pods). Pods are created with the scheduling
 gate ``grove.io/podgang-pending-creation``, which is lifted once the gang's PodGang exists; they go
 to KAI (``schedulerName: kai-scheduler``, queue label ``kai.scheduler/queue``), played by
-:mod:`deploy_suite.offline.kai`.
+:mod:`deploy_suite_offline.kai`.
 
 There is no Grove operator offline, so :class:`GrovePath` also plays its observable part: it
 creates the cliques' pods (``<pclq>-<5 random characters>``, owned by the PodClique, with Grove's
@@ -25,7 +25,7 @@ from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.errors import Conflict, NotFound
 from deploy_suite.judges.conditions import pod_ready
 from deploy_suite.model.dgd import Component
-from deploy_suite.offline.operator_sim.plan import Plan
+from deploy_suite_offline.operator_sim.plan import Plan
 
 Obj = dict[str, Any]
 

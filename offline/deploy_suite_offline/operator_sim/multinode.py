@@ -21,7 +21,7 @@ from deploy_suite.access.kube import Kube, Resource
 from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.errors import Conflict
 from deploy_suite.judges.conditions import pod_ready
-from deploy_suite.offline.errors import ReconcileError
+from deploy_suite_offline.errors import ReconcileError
 
 Obj = dict[str, Any]
 

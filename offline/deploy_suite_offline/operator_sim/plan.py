@@ -1,6 +1,6 @@
 """What a DGD asks for: its child Deployments and Services, computed from the object alone (pure).
 
-The real operator's observable contract, as :mod:`deploy_suite.offline.operator_sim` describes it:
+The real operator's observable contract, as :mod:`deploy_suite_offline.operator_sim` describes it:
 per component an ``apps/v1`` Deployment ``<dgd>-<lowercased component>`` (multinode: replicas x
 nodeCount pods) whose pods carry the operator's labels and the DGD's pod spec (image, command,
 args, env + DYN_NAMESPACE/DYN_COMPONENT/DYN_DISCOVERY_BACKEND, envFrom, GPU requests and limits,
@@ -34,7 +34,7 @@ from deploy_suite.errors import InputError
 from deploy_suite.model import frontend
 from deploy_suite.model.dgd import COMPONENT_TYPES, MAIN_CONTAINER, WORKER_TYPES, Component, Dgd, from_documents
 from deploy_suite.model.podspec import flag_value, split_args
-from deploy_suite.offline.errors import ReconcileError
+from deploy_suite_offline.errors import ReconcileError
 
 Obj = dict[str, Any]
 

@@ -1,7 +1,7 @@
 """The operator simulator's serving: a real Dynamo frontend + mocker per DGD, wired into kwok.
 
 Each DGD with a frontend (or a gaie graph: an ``epp`` component and a frontend sidecar in the
-worker pods) gets a Dynamo frontend + mocker on 127.0.0.1 (:mod:`deploy_suite.offline.dynamo_runtime`),
+worker pods) gets a Dynamo frontend + mocker on 127.0.0.1 (:mod:`deploy_suite_offline.dynamo_runtime`),
 started on a thread of its own so a reconcile never waits for it. kwok ``PortForward`` and ``Logs``
 objects then point the served pods' port 8000 and ``kubectl logs`` at those processes. A served
 component only counts as ready once its serving answers, as the real frontend pod's readiness
@@ -21,9 +21,9 @@ from deploy_suite.access.kube import Kube
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME
 from deploy_suite.errors import SuiteError, Unavailable
 from deploy_suite.model.dgd import MAIN_CONTAINER
-from deploy_suite.offline import dynamo_env, dynamo_runtime
-from deploy_suite.offline.faults import SERVING_FAULTS_CONFIGMAP, cri_log, logs_object, port_forward_object
-from deploy_suite.offline.operator_sim.plan import FRONTEND_PORT, Plan
+from deploy_suite_offline import dynamo_env, dynamo_runtime
+from deploy_suite_offline.faults import SERVING_FAULTS_CONFIGMAP, cri_log, logs_object, port_forward_object
+from deploy_suite_offline.operator_sim.plan import FRONTEND_PORT, Plan
 
 # Cluster-side serving fault switch: data `<namespace>.<dgd>: <one of dynamo_runtime.FAULTS>`,
 # read when a DGD's serving starts (apply it before the DGD).

@@ -1,5 +1,5 @@
 // CoreDNS with only the plugins kubeadm's Corefile names, for the kind node image's CoreDNS image.
-// Built here (deploy_suite/offline/kind/tools.py) because no registry serves the usual image;
+// Built here (offline/deploy_suite_offline/kind/tools.py) because no registry serves the usual image;
 // compiling CoreDNS as a library with a chosen plugin set keeps the cloud SDKs of its default
 // build out (docs/offline-cluster.md, "The kind provider").
 package main

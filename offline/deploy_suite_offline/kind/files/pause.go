@@ -1,5 +1,5 @@
 // The pod sandbox's process: it holds the pod's namespaces and reaps children until stopped.
-// Built here (deploy_suite/offline/kind/nodeimage.py) because no registry serves the usual image.
+// Built here (offline/deploy_suite_offline/kind/nodeimage.py) because no registry serves the usual image.
 package main
 
 import (
