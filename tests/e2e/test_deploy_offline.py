@@ -4,7 +4,7 @@ Every test plays the cluster admin (a fresh namespace and ``hf-token-secret``), 
 experiment whose workload names the offline cluster's context ``offline-<name>`` and that
 namespace (hashes recomputed), then runs ``python -m pytest --iter=N --handoff=... --kubeconfig=...``
 from the checkout root in a subprocess. Faults come from the cluster's own switches: kwok Stages
-(:mod:`deploy_suite.offline.faults`) and the operator simulator's serving-fault ConfigMap. Every
+(:mod:`deploy_suite_offline.faults`) and the operator simulator's serving-fault ConfigMap. Every
 ledger a test produces is validated against the schema (``SuiteRun.ledger`` and the teardown of
 the ``target`` fixture).
 
@@ -38,12 +38,12 @@ from deploy_suite.access.watch import Watch
 from deploy_suite.errors import WaitTimeout
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
 from deploy_suite.model.dgd import load_dgd
-from deploy_suite.offline import faults
-from deploy_suite.offline.cluster import OfflineCluster
-from deploy_suite.offline.operator_sim.serving import FAULTS_CONFIGMAP
 from deploy_suite.procedure import readiness, smoke
 from deploy_suite.procedure.settings import Timeouts
 from deploy_suite.record import ledger
+from deploy_suite_offline import faults
+from deploy_suite_offline.cluster import OfflineCluster
+from deploy_suite_offline.operator_sim.serving import FAULTS_CONFIGMAP
 from tests import support
 from tests.support import SuiteRun, outcomes, step
 from tests.support.pages import assert_experiment, keep, open_experiment

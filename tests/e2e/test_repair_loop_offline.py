@@ -25,8 +25,8 @@ import pytest
 from deploy_suite import yamlio
 from deploy_suite.access.kube import DGD, Kube
 from deploy_suite.fixtures.identities import Identity
-from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.record import ledger
+from deploy_suite_offline.cluster import OfflineCluster
 from tests import support
 from tests.support import SuiteRun, outcomes
 

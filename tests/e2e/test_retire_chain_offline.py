@@ -26,10 +26,10 @@ import pytest
 from deploy_suite import clock
 from deploy_suite.access.kube import DGD
 from deploy_suite.fixtures.experiments.make_experiment import stage_candidate
-from deploy_suite.offline import faults
-from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.procedure import waits
 from deploy_suite.record import experiment, ledger, resume
+from deploy_suite_offline import faults
+from deploy_suite_offline.cluster import OfflineCluster
 from tests import support
 from tests.support import Target, outcomes
 

@@ -21,8 +21,8 @@ import pytest
 from deploy_suite import clock
 from deploy_suite.access.kube import Kube
 from deploy_suite.access.watch import Watch
-from deploy_suite.offline import procs
-from deploy_suite.offline.cluster import CONTROLLERS, OfflineCluster, wait_exit
+from deploy_suite_offline import procs
+from deploy_suite_offline.cluster import CONTROLLERS, OfflineCluster, wait_exit
 from tests.integration.replica import ALPHA, manifest, wait_state
 from tests.support.processes import of_cluster
 

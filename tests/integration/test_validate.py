@@ -30,15 +30,15 @@ from deploy_suite.access.kube import CommandRecord, Kube, Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.constants import GPU_TAINT_KEY
 from deploy_suite.errors import Forbidden
-from deploy_suite.fixtures.cluster import ClusterPool
-from deploy_suite.fixtures.identities import Identity
 from deploy_suite.judges import ownership
 from deploy_suite.model.files import sha256_file
 from deploy_suite.model.references import walk
-from deploy_suite.offline import faults
-from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.procedure import support
 from deploy_suite.procedure.validate import DGD_CRD, ValidationInputs, ValidationReport, validate
+from deploy_suite_offline import faults
+from deploy_suite_offline.cluster import OfflineCluster
+from deploy_suite_offline.fixtures.cluster import ClusterPool
+from deploy_suite_offline.fixtures.identities import Identity
 from tests.integration import replica
 from tests.integration.replica import namespace as temp_namespace
 

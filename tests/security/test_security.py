@@ -24,7 +24,7 @@ names the real context. Three tests judge that experiment:
     name and namespace, during iteration 1; mutations only touch the kinds the handed-off
     manifests hold (DGDs, Jobs, PVCs) and only after step 2 validated.
 
-(c) runs iteration 0 as a namespace-scoped ServiceAccount (``fixtures/identities.py``): the
+(c) runs iteration 0 as a namespace-scoped ServiceAccount (``offline/deploy_suite_offline/fixtures/identities.py``): the
     cluster-scope reads are refused by real RBAC and become limitations, and the run is ``ready``.
 """
 
@@ -42,8 +42,8 @@ import pytest
 
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
-from deploy_suite.fixtures.identities import Identity
-from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite_offline.cluster import OfflineCluster
+from deploy_suite_offline.fixtures.identities import Identity
 from tests import support
 
 pytestmark = [pytest.mark.cluster]

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from deploy_suite.offline.procs import mark_of, wait_exit
+from deploy_suite_offline.procs import mark_of, wait_exit
 
 
 def _cmdline(pid: int) -> list[str]:

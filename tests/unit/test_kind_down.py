@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from deploy_suite.offline import procs
-from deploy_suite.offline.cluster import CONTROLLERS
-from deploy_suite.offline.kind import docker, provider, tools
-from deploy_suite.offline.kind.provider import RELAY, KindProvider
+from deploy_suite_offline import procs
+from deploy_suite_offline.cluster import CONTROLLERS
+from deploy_suite_offline.kind import docker, provider, tools
+from deploy_suite_offline.kind.provider import RELAY, KindProvider
 from tests.support.processes import of_cluster
 
 _DAEMON = """

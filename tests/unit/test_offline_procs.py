@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deploy_suite import clock
-from deploy_suite.offline import procs
+from deploy_suite_offline import procs
 
 
 @pytest.fixture

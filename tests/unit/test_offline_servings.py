@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from deploy_suite.offline import dynamo_runtime, procs
-from deploy_suite.offline.operator_sim.serving import Servings
+from deploy_suite_offline import dynamo_runtime, procs
+from deploy_suite_offline.operator_sim.serving import Servings
 
 KEY = "ns/alpha-agg"
 

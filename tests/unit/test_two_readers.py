@@ -1,5 +1,5 @@
 """Two readers of one DGD: the harness's (``deploy_suite.model.dgd``) and the operator replica's own
-(``deploy_suite.offline.operator_sim.spec``, with the plan it builds). The replica is written from the
+(``deploy_suite_offline.operator_sim.spec``, with the plan it builds). The replica is written from the
 operator's API types so that it is an independent reading; this test runs both over every DGD the
 project has (the recipes of the unit, integration, e2e, kind and security tests, the sample
 experiment's, the generated experiment's) and lists where they disagree.
@@ -22,9 +22,9 @@ import pytest
 from deploy_suite.constants import DGD_KIND
 from deploy_suite.errors import InputError
 from deploy_suite.model.dgd import Dgd, from_documents, parse_dgd
-from deploy_suite.offline.errors import ReconcileError
-from deploy_suite.offline.operator_sim.plan import Plan, build_plan
-from deploy_suite.offline.operator_sim.spec import Graph, read, split_args
+from deploy_suite_offline.errors import ReconcileError
+from deploy_suite_offline.operator_sim.plan import Plan, build_plan
+from deploy_suite_offline.operator_sim.spec import Graph, read, split_args
 from deploy_suite.yamlio import load_all
 from fixtures.experiments import synthetic
 
