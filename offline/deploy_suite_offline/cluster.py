@@ -557,9 +557,8 @@ def read_nodes(info: ClusterInfo, kube: Callable[[], Kube], log: Log) -> Cluster
 
 
 def wait_established(kube: Kube, names: list[str], timeout: float) -> None:
-    """Wait until each CRD is Established (watch, not poll) and discovery serves its kind in every
-    served version: the apiserver publishes a new group's discovery document asynchronously after
-    Established, and an object created in that gap is refused ("does not serve kind Queue")."""
+    """Wait until each CRD is Established (watch) and discovery serves its kind in every served version:
+    discovery follows Established asynchronously; an object created between is refused (kind not served)."""
     wanted = set(names)
     deadline = clock.monotonic() + timeout
 

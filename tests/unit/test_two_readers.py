@@ -22,10 +22,10 @@ import pytest
 from deploy_suite.constants import DGD_KIND
 from deploy_suite.errors import InputError
 from deploy_suite.model.dgd import Dgd, from_documents, parse_dgd
+from deploy_suite.yamlio import load_all
 from deploy_suite_offline.errors import ReconcileError
 from deploy_suite_offline.operator_sim.plan import Plan, build_plan
 from deploy_suite_offline.operator_sim.spec import Graph, read, split_args
-from deploy_suite.yamlio import load_all
 from fixtures.experiments import synthetic
 
 ROOT = Path(__file__).resolve().parents[2]
