@@ -9,7 +9,7 @@ from pathlib import Path
 
 CONTRIBUTING = Path(__file__).resolve().parents[2] / "CONTRIBUTING.md"
 PACKAGES = ("model", "access", "judges", "record", "procedure", "reports", "plugins", "fixtures")
-LEAVES = ("errors", "clock", "yamlio", "constants", "vocab", "cli", "triage_cli")
+LEAVES = ("errors", "clock", "yamlio", "constants", "vocab", "cli", "triage_cli", "status")
 POINTER = re.compile(r"`((?:" + "|".join(PACKAGES + LEAVES) + r")\.[A-Za-z_][\w.]*)`")
 
 
