@@ -122,24 +122,30 @@ def next_action(last: Mapping[str, Any] | None, budget_blockers: list[str]) -> d
         return {"deploy_id": deploy_id, "action": STOP_FIX,
                 "message": f"stop, do not redeploy; report the {first['class']} blocker ({first['step']}): "
                            f"{first['message']}; fix: {first['fix']}"}
-    if status == "failed" and last.get("scheduling_failure"):
-        return {"deploy_id": deploy_id, "action": PATCH_RERUN,
-                "message": "a scheduling mismatch, not the candidate's performance: hand over a Kubernetes-only fix "
-                           "(--compat-patch FILE: the recipe's scheduling mechanism with values retargeted to the "
-                           "contract's hardware, never a node name) and rerun the same iteration; diagnosis: "
-                           f"{last['diagnosis'] or 'see the ledger'} (ledger {last['ledger']})"}
-    if status == "failed" and last["iteration"] == 0:
-        return {"deploy_id": deploy_id, "action": STOP_FIX,
-                "message": "the baseline itself fails (iteration 0 has no challenger to hand back to): report the "
-                           f"diagnosis to the user: {last['diagnosis'] or 'see the ledger'} (ledger {last['ledger']})"}
     if status == "failed":
-        return {"deploy_id": deploy_id, "action": HAND_BACK,
-                "message": "hand back to hypothesis-challenger with the diagnosis: "
-                           f"{last['diagnosis'] or 'see the ledger'} ({last['failed_attempts']} failed attempt(s), "
-                           f"ledger {last['ledger']})"}
+        return _after_failure(last)
     return {"deploy_id": deploy_id, "action": RERUN,
             "message": f"the run stopped before its end (next step {last['current_step']}): rerun the same "
                        f"command; it resumes in {last['deploy_root']}"}
+
+
+def _after_failure(last: Mapping[str, Any]) -> dict[str, Any]:
+    """A failed attempt: repaired in the same iteration when the scheduler's words explain it, else
+    handed back (N > 0) or reported (the baseline, iteration 0)."""
+    deploy_id, said = last["deploy_id"], last["diagnosis"] or "see the ledger"
+    if last.get("scheduling_failure"):
+        return {"deploy_id": deploy_id, "action": PATCH_RERUN,
+                "message": "a scheduling mismatch, not the candidate's performance: hand over a Kubernetes-only fix "
+                           "(--compat-patch FILE: the recipe's scheduling mechanism with values retargeted to the "
+                           f"contract's hardware, never a node name) and rerun the same iteration; diagnosis: {said} "
+                           f"(ledger {last['ledger']})"}
+    if last["iteration"] == 0:
+        return {"deploy_id": deploy_id, "action": STOP_FIX,
+                "message": "the baseline itself fails (iteration 0 has no challenger to hand back to): report the "
+                           f"diagnosis to the user: {said} (ledger {last['ledger']})"}
+    return {"deploy_id": deploy_id, "action": HAND_BACK,
+            "message": f"hand back to hypothesis-challenger with the diagnosis: {said} "
+                       f"({last['failed_attempts']} failed attempt(s), ledger {last['ledger']})"}
 
 
 def status(exp_root: Path) -> dict[str, Any]:
