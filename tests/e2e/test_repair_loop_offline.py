@@ -24,9 +24,9 @@ import pytest
 
 from deploy_suite import yamlio
 from deploy_suite.access.kube import DGD, Kube
-from deploy_suite.fixtures.identities import Identity
 from deploy_suite.record import ledger
 from deploy_suite_offline.cluster import OfflineCluster
+from deploy_suite_offline.fixtures.identities import Identity
 from tests import support
 from tests.support import SuiteRun, outcomes
 
@@ -196,3 +196,31 @@ def test_a_claim_on_a_pre_provisioned_volume_waits_for_it_and_is_never_rewritten
         assert claim["spec"]["volumeName"] == volume and claim["status"]["phase"] == "Bound"
     finally:
         cloud.kube.delete("PersistentVolume", volume)
+
+
+def test_a_mixed_scheduler_message_without_node_reads_ends_at_the_no_progress_bound(
+        offline_cluster: OfflineCluster, cluster_kube: Kube, deployer_identity: Identity, tmp_path: Path) -> None:
+    """Another tenant holds a GPU on each H200 node: the 8-GPU worker meets "2 Insufficient nvidia.com/gpu"
+    beside nodes excluded by the selector and a reservation taint. Without node reads that is no
+    verified contention: the wait ends at the no-progress bound (blocked, kept, not charged), never at
+    the readiness cap, naming both fixes."""
+    identity = deployer_identity
+    for node in ("h200-0", "h200-1"):
+        holder = {"name": "main", "image": "registry.local/holder:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+        cluster_kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"holder-{node}"},
+                             "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [holder]}},
+                            identity.namespace)
+    exp = support.write_experiment(tmp_path / "scratch", context=identity.context, namespace=identity.namespace,
+                                   dgd=DATA / "dgd-contention.yaml", support={})
+    run = support.run_suite(exp.exp_root, 0, identity.kubeconfig, tmp_path / "reports",
+                            "--timeout-readiness=900", "--timeout-readiness-no-progress=30")
+    led = finished(run)
+    assert run.returncode != 0 and led["status"] == "blocked", (outcomes(led), led["blockers"])
+    (blocker,) = [b for b in led["blockers"] if b["step"] == "step6_readiness"]
+    assert blocker["class"] == "no-progress" and led["failed_attempts"] == []
+    stuck = "\n".join(map(str, led["readiness"]["last_progress"]["stuck"]))
+    assert "cannot be told" in stuck and "--compat-patch" in stuck, stuck
+    assert outcomes(led)["step6_readiness"] == "blocked"
+    step6 = next(s for s in led["steps"] if s["name"] == "step6_readiness")
+    assert step6["duration_s"] < 300  # the no-progress bound, far below the 900 s cap
+    assert led["teardown"]["action"] == "kept"  # not the candidate's failure: nothing deleted
