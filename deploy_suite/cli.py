@@ -3,7 +3,9 @@
 ``deploy-suite report LEDGER`` re-renders an HTML report from a ledger, ``deploy-suite report EXP_ROOT``
 writes the experiment's page (every iteration on one page); ``deploy-suite triage EVENTS`` triages
 events as step 6 does (docs/triage.md); ``deploy-suite status EXP_ROOT [--json]`` says where an
-experiment stands and what to do next (docs/status.md). Other distributions add subcommands
+experiment stands and what to do next (docs/status.md); ``deploy-suite rbac --namespace NS`` prints
+the least-privilege Role (and with ``--cluster-reads`` the optional read-only ClusterRole) an admin
+applies (docs/security.md). Other distributions add subcommands
 through the entry-point group ``deploy_suite.commands``: the offline clusters' (``offline/``)
 add ``cluster up | down | status`` and ``binaries`` (docs/offline-cluster.md); without them
 installed, asking for either says in one line how to install them. Errors are one line on
@@ -54,6 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="each iteration's outcome, the budgets and the next action of an "
                                            "experiment root (docs/status.md)", add_help=False)
     status.add_argument("args", nargs=argparse.REMAINDER)
+    rbac = sub.add_parser("rbac", help="print the least-privilege RBAC an admin applies (docs/security.md)",
+                          description="deploy-suite rbac --namespace NS [--service-account NAME | --user NAME] "
+                                      "[--cluster-reads] | kubectl apply -f -")
+    rbac.add_argument("--namespace", required=True, help="the workload's kubernetes.namespace")
+    who = rbac.add_mutually_exclusive_group()
+    who.add_argument("--service-account", default="deploy-suite",
+                     help="the ServiceAccount the harness runs as, created too (default: deploy-suite)")
+    who.add_argument("--user", default=None, help="bind a user the cluster authenticates instead")
+    rbac.add_argument("--cluster-reads", action="store_true",
+                      help="also the optional read-only ClusterRole (nodes, storage classes, the DGD CRD, ...)")
     return parser
 
 
@@ -72,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "rbac":
+            from deploy_suite import rbac  # noqa: PLC0415
+
+            print(rbac.render(args.namespace, args.user or args.service_account, user=args.user is not None,
+                              cluster=args.cluster_reads), end="")
+            return 0
         if args.command == "report":
             # A directory is an experiment root (one page for every iteration); a file is one ledger.
             if any(not a.startswith("-") and Path(a).is_dir() for a in args.args[:1]):
