@@ -5,8 +5,9 @@ request the harness's code makes in fake runs.
 The requests are taken where the apiserver would authorize them (the transport: method, path,
 query), not from the ledger's kubectl-equivalent records, which name the file of an apply
 (``kubectl apply -f applied_manifests/deploy.yaml``) and not the kinds in it. They come from a
-fake step 2 run here (every gate, on the sample experiment) and from the procedure's own
-fake-cluster tests of steps 2 to 7, replayed in a child pytest with ``tests/unit/rbac_probe.py``.
+fake step 2 run here (every gate, on the sample experiment) and from the unit tests that drive the
+procedure against the in-memory apiserver (steps 2 to 7), replayed in a child pytest with
+``tests/unit/rbac_probe.py``, which keeps the requests made from ``deploy_suite/procedure/`` only.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLE, CLUSTER = rbac.rules(rbac.ROLE_FILE), rbac.rules(rbac.CLUSTER_ROLE_FILE)
 NS = "dynamo-demo"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-# The procedure's tests that drive its code against the in-memory apiserver (steps 2 to 7).
-PROCEDURE_TESTS = ("test_rollout.py", "test_chain.py", "test_smoke.py", "test_validate_platform.py",
-                   "test_validate_dryrun.py", "test_evidence_logs.py", "test_operator_generations.py",
-                   "test_waiting.py", "test_triage.py", "test_ownership.py", "test_resources.py")
+# Every unit test module that drives code against the in-memory apiserver; the probe keeps only the
+# requests made from the procedure's code, so a module's own set-up and read-backs do not count.
+PROCEDURE_TESTS = tuple(sorted(p.name for p in (ROOT / "tests" / "unit").glob("test_*.py")
+                               if p.name != Path(__file__).name and "fakekube" in p.read_text(encoding="utf-8")))
 # Cluster-scoped resources: never in a Role (a RoleBinding cannot grant them).
 CLUSTER_SCOPED = {"namespaces", "nodes", "persistentvolumes", "storageclasses", "customresourcedefinitions",
                   "validatingwebhookconfigurations", "mutatingwebhookconfigurations", "deviceclasses",
@@ -138,10 +139,11 @@ def _procedure_tests(tmp_path: Path) -> list[dict[str, Any]]:
     out = tmp_path / "requests.jsonl"
     env = {**os.environ, "RBAC_PROBE_OUT": str(out)}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.unit.rbac_probe", "-x",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.unit.rbac_probe",
          *(f"tests/unit/{name}" for name in PROCEDURE_TESTS)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert len(PROCEDURE_TESTS) >= 10, PROCEDURE_TESTS
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
