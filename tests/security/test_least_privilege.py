@@ -37,7 +37,7 @@ LIMITATION_WORDS = {
     "validatingwebhookconfigurations": "validatingwebhookconfigurations list forbidden",
     "mutatingwebhookconfigurations": "mutatingwebhookconfigurations list forbidden",
     "deployments": "Deployment cannot be read", "services": "operator", "queues": "queue",
-    "deviceclasses": "DeviceClasses", "resourceslices": "ResourceSlices",
+    "deviceclasses": "DeviceClasses", "resourceslices": "ResourceSlices", "persistentvolumes": "persistentvolume",
 }
 
 

@@ -103,16 +103,20 @@ def callers(requests: Iterable[dict[str, Any]], want: tuple[str, ...]) -> set[st
 # ------------------------------------------------------------------ a fake step 2 on the sample experiment
 
 
-def _sample_step2(tmp_path: Path) -> list[dict[str, Any]]:
+def _sample_step2(tmp_path: Path, claim_class: str | None = None) -> list[dict[str, Any]]:
     """Every step-2 gate on the sample experiment, against a fake apiserver that has what a healthy
     cluster has (namespace, CRD, a storage class, a GPU node, the secret, the operator): the requests
-    it made."""
+    it made. ``claim_class`` replaces the model cache's placeholder class (``""``: a pre-provisioned
+    volume, which step 2 looks for among the PersistentVolumes)."""
     sample = SAMPLE_ROOT
     tmp_path.mkdir(parents=True, exist_ok=True)
     deploy = tmp_path / "deploy.yaml"
     cache = tmp_path / "model-cache.yaml"
     shutil.copy(sample / "inputs" / "user_provided_dgd.yaml", deploy)
-    shutil.copy(sample / "inputs" / "model-cache.yaml", cache)
+    claim = yamlio.load_one(sample / "inputs" / "model-cache.yaml")
+    if claim_class is not None:
+        claim["spec"]["storageClassName"] = claim_class
+    cache.write_text(yamlio.dump(claim))
     workload = yamlio.load_one(sample / "user_workload.yaml")
     seen: list[dict[str, Any]] = []
     with fakekube.installed() as (api, kube, _):
@@ -125,6 +129,9 @@ def _sample_step2(tmp_path: Path) -> list[dict[str, Any]]:
         api.put(KNOWN["Node"], {"metadata": {"name": "h200-0", "labels": {"nvidia.com/gpu.product": "NVIDIA-H200"}},
                                 "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi"}}})
         api.put(KNOWN["Secret"], {"metadata": {"name": "hf-token-secret", "namespace": NS}})
+        api.put(KNOWN["PersistentVolume"], {"metadata": {"name": "nfs-models"}, "spec": {
+            "storageClassName": "", "capacity": {"storage": "200Gi"}, "accessModes": ["ReadWriteMany"]},
+            "status": {"phase": "Available"}})
         report = validate.validate(kube, validate.ValidationInputs(
             NS, deploy, {"model-cache": cache}, deploy, workload, tmp_path))
         seen = [{"method": r.method, "path": r.path, "query": r.query,
@@ -148,7 +155,8 @@ def _procedure_tests(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def test_the_role_and_the_optional_reads_grant_every_request_of_fake_runs(tmp_path: Path) -> None:
-    requests = _sample_step2(tmp_path / "step2") + _procedure_tests(tmp_path)
+    requests = (_sample_step2(tmp_path / "step2") + _sample_step2(tmp_path / "step2-pv", claim_class="")
+                + _procedure_tests(tmp_path))
     wanted = needs(requests)
     ungranted = sorted(w for w in wanted if granted(*w) is None)
     assert ungranted == [], "requests the shipped RBAC does not grant (deploy_suite/rbac/):\n" + "\n".join(
@@ -159,7 +167,7 @@ def test_the_role_and_the_optional_reads_grant_every_request_of_fake_runs(tmp_pa
             ("delete", "dynamographdeployments"), ("watch", "pods"), ("get", "pods/log"), ("list", "events"),
             ("patch", "persistentvolumeclaims"), ("create", "jobs"), ("list", "nodes"),
             ("list", "storageclasses"), ("get", "customresourcedefinitions"),
-            ("get", "namespaces")} <= kinds, sorted(kinds)
+            ("get", "namespaces"), ("list", "persistentvolumes")} <= kinds, sorted(kinds)
     print("\n".join(f"{' '.join(w):90} {granted(*w)}" for w in sorted(wanted)))  # pytest -s: the list
     # Secrets: get by name only, never a list or a watch (they would return values).
     assert {(v, n != "") for v, _, r, _, n in wanted if r == "secrets"} == {("get", True)}
