@@ -22,8 +22,8 @@ import pytest
 from deploy_suite import rbac
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.fixtures.experiments.make_experiment import stage_candidate
-from deploy_suite_offline.fixtures.identities import Identity
 from deploy_suite_offline.cluster import OfflineCluster
+from deploy_suite_offline.fixtures.identities import Identity
 from tests import support
 
 pytestmark = [pytest.mark.cluster]
