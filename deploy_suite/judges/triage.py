@@ -52,6 +52,10 @@ class Verdict:
     # False: a wait the evidence cannot confirm is legitimate (contention unverifiable without node
     # reads); waited on, but never a sign that suspends step 6's no-progress bound (judges/waiting.py).
     verified: bool = True
+    # The patch or change that fixes it, when the rule knows one (a signature's fix), and the other
+    # speakers' verdicts this one outranked (deploy-suite triage --json, docs/triage.md).
+    fix: str = ""
+    ruled_out: list[str] = field(default_factory=list)
 
     @property
     def action(self) -> Action:
@@ -98,8 +102,10 @@ def combine(verdicts: Iterable[Verdict | None]) -> Verdict | None:
         return None
     best = min(found, key=lambda v: 0 if v.decisive else _RANK[v.category])
     rest = [line for v in found if v is not best for line in v.evidence if line not in best.evidence]
-    return Verdict(best.category, best.diagnosis, [*best.evidence, *rest], best.can_wait, best.next_check_s,
-                   best.decisive, best.verified)
+    outranked = [f"{v.category}: {' '.join(v.diagnosis.split())}" for v in found if v is not best]
+    return Verdict(best.category, best.diagnosis, list(dict.fromkeys([*best.evidence, *rest])), best.can_wait,
+                   best.next_check_s, best.decisive, best.verified, best.fix,
+                   list(dict.fromkeys([*best.ruled_out, *outranked])))
 
 
 def event_time(event: Obj) -> str:
@@ -310,6 +316,7 @@ _PULL_AUTH = re.compile(r"\b(401|403)\b|unauthori[sz]ed|denied|authentication re
                         re.IGNORECASE)
 _PULL_MISSING = re.compile(r"manifest unknown|code = NotFound|: not found|not found:|repository does not exist",
                            re.IGNORECASE)
+_NODE_DISK_FULL = re.compile(r"no space left on device", re.IGNORECASE)
 IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff")
 # Waiting reasons that are final at first sight: the pod spec itself is wrong.
 _FINAL_REASONS = ("InvalidImageName", "CreateContainerError", "RunContainerError")
@@ -327,6 +334,11 @@ def _pull_verdict(container: str, reason: str, message: str, causes: Sequence[st
     """An image pull that failed, judged from the kubelet's message and the pull events' causes."""
     text = " ".join([message, *causes])
     evidence = [f"{container} waiting: {reason}: {message}".rstrip(": "), *[f"{container} event: {c}" for c in causes]]
+    if _NODE_DISK_FULL.search(text):
+        # The runtime could not write the layers: the node's image filesystem is full, whatever retries.
+        return Verdict(TriageCategory.PLATFORM,
+                       f"{container}: {reason}: the node's disk is full (no space left on device while unpacking "
+                       f"the image): {_HINTS[TriageCategory.PLATFORM]}; {message}", evidence)
     if _PULL_AUTH.search(text):
         return Verdict(TriageCategory.DEPENDENCY,
                        f"{container}: {reason}: the registry refused the pull (authorization): fix the "
@@ -355,7 +367,7 @@ def from_signature(container: str, cs: Obj, lines: Sequence[str], restarts: int)
     return Verdict(sig.category, f"{container}: {sig.id}{ended_as}, naming {named}: {sig.fix} "
                    f"({_HINTS[sig.category]}); its words: {found.line}",
                    [f"{container} said: {found.line}", f"signature {sig.id}: {sig.source}"],
-                   decisive=True)
+                   decisive=True, fix=sig.fix)
 
 
 def triage_containers(pod: Obj, pull_causes: Sequence[str] = (),

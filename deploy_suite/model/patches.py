@@ -124,11 +124,21 @@ def target_index(docs: Sequence[Any], document: str | None, file_type: str) -> i
 
 
 def value_at(doc: Any, pointer: str) -> Any:
-    """A copy of what ``pointer`` addresses in ``doc``; None when nothing is there."""
+    """A copy of what ``pointer`` addresses in ``doc``; None when nothing is there (nor past a list's end)."""
     try:
-        return copy.deepcopy(jsonpointer.resolve_pointer(doc, pointer))
+        found = jsonpointer.resolve_pointer(doc, pointer)
     except jsonpointer.JsonPointerException:
         return None
+    return None if isinstance(found, jsonpointer.EndOfList) else copy.deepcopy(found)
+
+
+def _change(op: str, pointer: str, before: Any, doc: Any) -> Change:
+    """The change one operation made; an append (``.../-``) is recorded at the index it took."""
+    if pointer.endswith("/-"):
+        parent = pointer[:-2]
+        items = value_at(doc, parent) or []
+        pointer = f"{parent}/{len(items) - 1}"
+    return Change(op, pointer, before, value_at(doc, pointer))
 
 
 def apply(docs: list[Any], proposal: Proposal) -> tuple[list[Any], list[Change]]:
@@ -152,7 +162,7 @@ def apply(docs: list[Any], proposal: Proposal) -> tuple[list[Any], list[Change]]
             raise PatchRefused(f"{where} changes a performance setting ({moved}); the procedure allows "
                                "Kubernetes-only compatibility patches")
         if op.get("op") != "test":
-            changes.append(Change(str(op["op"]), str(op["path"]), before, value_at(out[index], str(op["path"]))))
+            changes.append(_change(str(op["op"]), str(op["path"]), before, out[index]))
     return out, changes
 
 

@@ -55,7 +55,7 @@ class Patch:
 
     @classmethod
     def of(cls, file: str, proposal: patches.Proposal, changes: list[patches.Change]) -> Patch:
-        said = "; ".join(f"{c.op} {c.pointer}" for c in changes)
+        said = "; ".join(f"{c.op} {c.pointer}: {c.before!r} -> {c.after!r}" for c in changes)
         handed = {} if proposal.source != patches.HANDED_OVER else {
             "operations": [dict(o) for o in proposal.operations], "document": proposal.document,
             "patch_file": proposal.patch_file or "", "patch_sha256": proposal.patch_sha256 or ""}

@@ -32,11 +32,11 @@ from deploy_suite import clock
 from deploy_suite.access.kube import DGD, Obj
 from deploy_suite.errors import Forbidden
 from deploy_suite.fixtures.experiments.make_experiment import stage_candidate
-from deploy_suite.fixtures.identities import DEPLOYER_RULES, namespaced_identity
-from deploy_suite.offline import faults
-from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.procedure import waits
 from deploy_suite.record import experiment, ledger, resume
+from deploy_suite_offline import faults
+from deploy_suite_offline.cluster import OfflineCluster
+from deploy_suite_offline.fixtures.identities import DEPLOYER_RULES, namespaced_identity
 from tests import support
 from tests.support import Target, outcomes
 
@@ -126,7 +126,7 @@ def test_a_previous_dgd_another_tool_applied_is_retired_when_its_ledger_names_it
 
 
 CLAIMS = "persistentvolumeclaims"
-# The namespaced deployer (deploy_suite/fixtures/identities.py), except that it may read claims only
+# The namespaced deployer (offline/deploy_suite_offline/fixtures/identities.py), except that it may read claims only
 # by name, its own model-cache's: a namespace-wide list of claims is Forbidden; the named watch of
 # step 4 is not (RBAC authorizes a list or watch by ``metadata.name`` against resourceNames).
 NO_CLAIM_LIST: tuple[Obj, ...] = (

@@ -24,7 +24,7 @@ names the real context. Three tests judge that experiment:
     name and namespace, during iteration 1; mutations only touch the kinds the handed-off
     manifests hold (DGDs, Jobs, PVCs) and only after step 2 validated.
 
-(c) runs iteration 0 as a namespace-scoped ServiceAccount (``fixtures/identities.py``): the
+(c) runs iteration 0 as a namespace-scoped ServiceAccount (``offline/deploy_suite_offline/fixtures/identities.py``): the
     cluster-scope reads are refused by real RBAC and become limitations, and the run is ``ready``.
 """
 
@@ -42,8 +42,8 @@ import pytest
 
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
-from deploy_suite.fixtures.identities import Identity
-from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite_offline.cluster import OfflineCluster
+from deploy_suite_offline.fixtures.identities import Identity
 from tests import support
 
 pytestmark = [pytest.mark.cluster]
@@ -268,3 +268,30 @@ def test_a_namespaced_service_account_runs_to_ready_with_limitations(
     assert all(ref["resource"] in CLUSTER_SCOPED or not ref.get("namespace") for ref in refused), refused
     changed: list[Any] = support.mutations(events)
     assert {e["objectRef"]["resource"] for e in changed} <= HANDED_OVER_KINDS
+
+
+def test_a_namespaced_identitys_claim_naming_a_missing_class_blocks_step4_at_once(
+        offline_cluster: OfflineCluster, cluster_kube: Kube, deployer_identity: Identity, tmp_path: Path) -> None:
+    # Issue 29: this identity may not read StorageClasses, so step 2 cannot refuse the class and step 4
+    # does not await the claim; the download's pod meets the scheduler's "unbound immediate
+    # PersistentVolumeClaims" (a class that does not exist binds Immediate) and the PV controller's
+    # ProvisioningFailed names the class: blocked storage-class at once, never the claim's 10 min bound.
+    namespace = deployer_identity.namespace
+    cluster_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": support.SECRET},
+                         "type": "Opaque", "stringData": {"HF_TOKEN": support.new_canary()}}, namespace)
+    missing = f"e2e-no-such-class-{namespace}"
+    cache = tmp_path / "model-cache.yaml"
+    cache.write_text((support.SAMPLE_SUPPORT / "model-cache.yaml").read_text().replace(
+        '"your-storage-class-name"', f'"{missing}"'))
+    exp = support.write_experiment(tmp_path / "scratch", context=deployer_identity.context, namespace=namespace,
+                                   support={"model-cache": cache,
+                                            "model-download": support.SAMPLE_SUPPORT / "model-download.yaml"})
+    run = support.run_suite(exp.exp_root, 0, deployer_identity.kubeconfig, tmp_path / "reports")
+    data = run.ledger()
+    assert data["status"] == "blocked" and data["current_step"] == "step4_support_manifests", data["blockers"]
+    (blocker,) = data["blockers"]
+    assert blocker["class"] == "storage-class" and missing in blocker["fix"], blocker
+    assert "does not exist" in blocker["message"] and "unbound immediate" in blocker["message"], blocker
+    assert data["failed_attempts"] == []
+    (step4,) = [s for s in data["steps"] if s["name"] == "step4_support_manifests"]
+    assert step4["duration_s"] < 60, step4

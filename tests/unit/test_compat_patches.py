@@ -255,3 +255,11 @@ def test_the_same_copies_after_a_failed_attempt_are_refused_unless_a_cluster_fix
     assert _unchanged_retry(last, {"deploy": "a" * 64}, "the admin removed the taint") is None
     assert _unchanged_retry({"at": "t", "diagnosis": "d"}, {"deploy": "a" * 64}, None) is None  # an older ledger
     assert _unchanged_retry(None, {"deploy": "a" * 64}, None) is None
+
+
+def test_an_append_is_recorded_at_the_index_it_took() -> None:
+    doc = dgd(tolerations=[{"key": "a", "operator": "Exists"}])
+    op = {"op": "add", "path": f"{WORKER}/tolerations/-", "value": {"key": "sku", "operator": "Equal", "value": "gpu"}}
+    _, (change,) = patches.apply([doc], patches.Proposal("deploy", (op,), "why"))
+    assert change.as_dict() == {"op": "add", "pointer": f"{WORKER}/tolerations/1", "before": None,
+                                "after": {"key": "sku", "operator": "Equal", "value": "gpu"}}

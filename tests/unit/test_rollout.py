@@ -13,7 +13,7 @@ import pytest
 
 from deploy_suite.access.kube import DGD, KNOWN, Kube
 from deploy_suite.errors import Forbidden, StepBlocked, StepFailure, WaitTimeout
-from deploy_suite.procedure import apply, readiness, retire, support, waits
+from deploy_suite.procedure import apply, readiness, retire, stops, support, waits
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.settings import Settings, Timeouts
 from deploy_suite.procedure.workspace import PreviousDeployment
@@ -311,21 +311,48 @@ def test_a_failed_job_fails_fast_keeps_its_log_and_carries_the_diagnostic(fake, 
     api, kube, _ = fake
     api.watchers = 2  # a wait over two collections
     api.put(POD, pod("model-download-x1", NS, labels={"job-name": "model-download"}))
-    api.logs[(NS, "model-download-x1")] = "Fetching 10 files\nGatedRepoError: 401\n"
+    api.logs[(NS, "model-download-x1")] = "Fetching 10 files\nKeyError: MODEL_REVISION\n"
     api.script_watch(JOB, NS, [event("MODIFIED", job("model-download", NS, "FailureTarget", "Failed"))])
     run = make_run(tmp_path, step="step4_support_manifests", support={"model-download": DOWNLOAD})
     error, partial = fail_with_result(lambda: support.support(run, kube))
     assert error.category == "job-failed" and error.evidence == ["job/model-download: FailureTarget Failed"]
     assert str(error) == ("model-download job model-download failed (conditions: FailureTarget Failed); "
-                          "last log lines: Fetching 10 files\nGatedRepoError: 401")
+                          "last log lines: Fetching 10 files\nKeyError: MODEL_REVISION")
     log = run.deploy_root / "logs" / "job-model-download.log"
-    assert log.read_text() == "Fetching 10 files\nGatedRepoError: 401\n"
+    assert log.read_text() == "Fetching 10 files\nKeyError: MODEL_REVISION\n"
     assert run.record(partial) is partial and run.evidence == {}
     (diagnostic,) = run.ledger.data["diagnostics"]
     assert diagnostic == {"step": "step4_support_manifests", "job": "model-download", "message": str(error),
-                          "log_excerpt": "Fetching 10 files\nGatedRepoError: 401",
+                          "log_excerpt": "Fetching 10 files\nKeyError: MODEL_REVISION",
                           "log_file": "artifacts/deploy-iter-000/logs/job-model-download.log"}
 
+
+
+@pytest.mark.parametrize(("said", "category", "blocked", "named"), [
+    ("OSError: [Errno 28] No space left on device", "platform", "platform", "disk-full"),
+    ("huggingface_hub.errors.GatedRepoError: 401 Client Error.", "dependency", "dependency", "gated-model"),
+    ("PermissionError: [Errno 13] Permission denied: '/model-store/hub'", "dependency", "dependency",
+     "cache-permission"),
+])
+def test_a_failed_jobs_cause_is_named_from_its_pods_log(fake, tmp_path: Path, said: str, category: str,
+                                                       blocked: str, named: str) -> None:
+    # Issue 29: the pod's own words decide whose fix it is (a full disk the platform's, a token or a
+    # cache the pod may not write a dependency); the step blocks with that class, never a failed attempt.
+    api, kube, _ = fake
+    api.watchers = 2
+    api.put(POD, pod("model-download-x1", NS, labels={"job-name": "model-download"}))
+    api.logs[(NS, "model-download-x1")] = f"Fetching 10 files\n{said}\n"
+    api.script_watch(JOB, NS, [event("MODIFIED", job("model-download", NS, "FailureTarget", "Failed"))])
+    run = make_run(tmp_path, step="step4_support_manifests", support={"model-download": DOWNLOAD})
+    error, partial = fail_with_result(lambda: support.support(run, kube))
+    assert error.category == category and not error.failed_attempt
+    assert str(error).startswith("model-download job model-download failed: Job/model-download failed (")
+    assert named in str(error) and said in str(error)
+    assert error.evidence[0] == "job/model-download: FailureTarget Failed" and f"signature {named}:" in \
+        " ".join(error.evidence)
+    found = stops.judge("step4_support_manifests", error)
+    assert (found.outcome, found.category) == ("blocked", blocked)
+    assert partial.failure["job"] == "model-download"
 
 
 def test_a_failed_jobs_log_is_redacted_in_the_file_and_the_ledger(fake, tmp_path: Path) -> None:
