@@ -13,6 +13,7 @@ from deploy_suite.constants import DGD_KIND
 from deploy_suite.errors import PartialResult, PlatformFault, StepBlocked
 from deploy_suite.model.dgd import Dgd, from_documents
 from deploy_suite.procedure import owner
+from deploy_suite.procedure.retire import OwnTeardown
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import resume
 from deploy_suite.record.ledger import Ledger
@@ -81,7 +82,9 @@ def apply(run: RunState, kube: Kube) -> Applied:
         applied = kube.apply_documents(docs, run.namespace, run.rel(path))
     except PlatformFault as exc:
         raise platform_blocked(exc, "the apply") from exc
-    own = run.record(_own_apply(run.carried.allocations.copy(), kube, dgd, applied))
+    # The allocation record as step 2 left it when it found this iteration's DGD gone (torn_down_at written).
+    gone = run.result(OwnTeardown)
+    own = run.record(_own_apply((gone.allocations if gone else run.carried.allocations).copy(), kube, dgd, applied))
     return Applied([f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in applied], dgd.total_gpus(),
                    f"kubectl --context {kube.context} delete dynamographdeployment {dgd.name} -n {run.namespace}",
                    before.state, own)

@@ -12,14 +12,14 @@ from typing import Any
 from deploy_suite import clock
 from deploy_suite.access.kube import DGD, Kube, Obj
 from deploy_suite.constants import LABEL_DGD_NAME
-from deploy_suite.errors import KubeError, StepBlocked
+from deploy_suite.errors import Forbidden, KubeError, StepBlocked, WaitTimeout
 from deploy_suite.judges import ownership
 from deploy_suite.procedure import caches, waits
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.workspace import PreviousDeployment
 from deploy_suite.record import experiment, resume
 from deploy_suite.record.ledger import Ledger, write_torn_down_at
-from deploy_suite.vocab import BlockerClass
+from deploy_suite.vocab import BlockerClass, TeardownAction
 
 Progress = Callable[[str], None]
 
@@ -158,7 +158,7 @@ def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, where: 
         action = "own-dgd-live" if owner == "mine" else "already-gone"
         result = RetireResult(prev.dgd_name, prev.namespace, kube.context, "", False, action=action)
         if owner is None:
-            terminating = _terminating_pods(kube, prev)
+            terminating = _terminating_pods(kube, prev.namespace, prev.dgd_name)
             _wait_gone(kube, result, timeout, run.progress)  # its pods may still be terminating
             earlier = run.carried.retired_previous or {}
             deleted_by = (f"this iteration's earlier step 3 (at {earlier.get('deleted_at')})"
@@ -180,31 +180,80 @@ def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, where: 
     return result
 
 
-def _terminating_pods(kube: Kube, prev: PreviousDeployment) -> list[Obj]:
-    """The DGD's pods still there when step 3 finds the DGD gone (terminating: the garbage
-    collector deletes them after their owner)."""
-    pods, _ = kube.list_items("Pod", prev.namespace, label_selector=f"{LABEL_DGD_NAME}={prev.dgd_name}",
-                              metadata_only=True)
+def _terminating_pods(kube: Kube, namespace: str, dgd_name: str) -> list[Obj]:
+    """The DGD's pods still there when it is found gone (terminating: the garbage collector deletes
+    them after their owner)."""
+    pods, _ = kube.list_items("Pod", namespace, label_selector=f"{LABEL_DGD_NAME}={dgd_name}", metadata_only=True)
     return pods
 
 
-def _torn_down(pods_gone_at: str, terminating: list[Obj], deleted_by: str) -> dict[str, Any]:
+@dataclass
+class OwnTeardown:
+    """A rerun found this iteration's own DGD gone while its ledger still counts its GPUs as held
+    (no ``torn_down_at``): its step 6 teardown was stopped in its pods-gone wait (a tool timeout,
+    Ctrl-C), or someone ran the cleanup command. ``allocations`` carries the ``torn_down_at``
+    written (step 5's re-apply closes the interval there), ``basis`` how it was known."""
+
+    dgd: str
+    namespace: str
+    allocations: resume.Allocations
+    basis: dict[str, Any]
+
+    def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        self.allocations.record(ledger)
+        found = {"dgd": self.dgd, "namespace": self.namespace, "torn_down_at": self.allocations.torn_down_at,
+                 "torn_down_basis": self.basis}
+        ledger.add_diagnostic({"own_dgd_found_gone": found})
+        return {"own_dgd_found_gone": found}
+
+
+def finish_own_teardown(run: RunState, kube: Kube) -> OwnTeardown | None:
+    """On a rerun, before step 2 counts anything (its budgets read this ledger's GPU-hours, its
+    capacity gate the terminating pods): when the DGD an earlier run of this iteration applied (its
+    recorded uid, this context) is gone and its ledger has no ``torn_down_at``, wait (bounded,
+    ``timeouts.retire_s``) for its pods to go and write ``torn_down_at`` then, how it was known
+    beside it (:func:`_torn_down`). Read-only on the cluster; idempotent (a ``torn_down_at`` is
+    never rewritten); nothing when the DGD is live (step 2's guards judge it), when this identity
+    may not read it, or when its pods outlast the wait (they still hold their GPUs)."""
+    own, carried = run.carried.applied_dgd or {}, run.carried.allocations
+    if run.carried.uid is None or carried.torn_down_at or own.get("kube_context") != kube.context:
+        return None
+    name, namespace = str(own.get("name")), str(own.get("namespace"))
+    try:
+        if kube.get_or_none(DGD, name, namespace) is not None:
+            return None
+        terminating = _terminating_pods(kube, namespace, name)
+        kube.wait(waits.dgd_pods_gone(namespace, name), timeout=run.settings.timeouts.retire_s,
+                  on_progress=run.progress)
+    except (Forbidden, WaitTimeout):
+        return None
+    gone_at = clock.iso_now()
+    allocations = carried.copy()
+    allocations.released(gone_at)
+    earlier = run.carried.teardown or {}
+    by = (f"this iteration's step 6 teardown ({earlier.get('action')} at {earlier.get('at')}, stopped before its "
+          "pods were seen gone)" if earlier.get("action") in (TeardownAction.DELETING, TeardownAction.DELETED) else "")
+    return OwnTeardown(name, namespace, allocations, _torn_down(gone_at, terminating, by, "step 2"))
+
+
+def _torn_down(pods_gone_at: str, terminating: list[Obj], deleted_by: str, looker: str = "step 3") -> dict[str, Any]:
     """How the ``torn_down_at`` of a DGD found gone is known. The apiserver keeps nothing of a
     deleted object, so the time it went is known only while its pods are still terminating: then
     step 3's watch sees the last one go (the GPUs freed, within the watch's latency) and their
     ``deletionTimestamp`` says when their deletion was asked for. Pods already gone leave only an
     upper bound, the time step 3 looked: GPU-hours may be over-, never under-counted. ``deleted_by``:
-    which earlier step 3 deleted it and was stopped before its pods were gone ("": someone else)."""
+    which earlier step deleted it and was stopped before its pods were gone ("": someone else);
+    ``looker``: the step that found it gone."""
     who = f"{deleted_by} deleted it" if deleted_by else "the DGD was already gone (deleted by someone else: the " \
         "ledger's cleanup command, a recycled namespace)"
     if terminating:
         asked = sorted(str(t) for p in terminating if (t := (p.get("metadata") or {}).get("deletionTimestamp")))
         return {"source": "pods-gone-watched", "exact": True, "pods_deletion_requested_at": asked[0] if asked else None,
-                "explanation": f"{who}; {len(terminating)} of its pods were still terminating and step 3's watch saw "
-                               "the last one go at torn_down_at"}
+                "explanation": f"{who}; {len(terminating)} of its pods were still terminating and {looker}'s watch "
+                               "saw the last one go at torn_down_at"}
     return {"source": "observed-gone", "exact": False,
-            "explanation": f"{who}; it and its pods were gone when step 3 looked and the apiserver keeps no deletion "
-                           "time, so torn_down_at is when step 3 observed them gone: an upper bound"}
+            "explanation": f"{who}; it and its pods were gone when {looker} looked and the apiserver keeps no "
+                           f"deletion time, so torn_down_at is when {looker} observed them gone: an upper bound"}
 
 
 def _refuse_unless_ours(live: Obj | None, owner: resume.Whose | None, found: ownership.Ownership,

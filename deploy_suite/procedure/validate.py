@@ -41,7 +41,7 @@ from deploy_suite.model.files import sha256_file
 from deploy_suite.model.references import image_tag, referenced_claims, referenced_secrets, walk
 from deploy_suite.model.workload import contract_dgd_candidates
 from deploy_suite.procedure import capacity as capacity_gate
-from deploy_suite.procedure import compat, dryrun, owner, platform
+from deploy_suite.procedure import compat, dryrun, owner, platform, retire
 from deploy_suite.procedure.compat import Finding, Patch
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import budget, experiment, resume
@@ -162,14 +162,17 @@ class Validator:
             # still proves the namespace is usable (RBAC bindings only exist in real namespaces).
             self.report.limitations.append(f"get namespace {ns} forbidden for this identity; "
                                            "existence inferred from a namespaced read")
-            try:
-                self.kube.list_items("PersistentVolumeClaim", ns, page_size=1)
-            except Forbidden:
-                self.report.block(BlockerClass.NAMESPACE, f"namespace {ns}: this identity can neither read it nor list "
-                                  "inside it", "grant namespaced read access (get/list) in the namespace")
-                return False
-            self.ev["namespace"] = "present (inferred)"
-            return True
+            # Any namespaced list does: an identity may list pods (step 6 must) but not claims (step 3 copes).
+            for kind in ("Pod", "PersistentVolumeClaim", DGD):
+                try:
+                    self.kube.list_items(kind, ns, page_size=1)
+                except Forbidden:
+                    continue
+                self.ev["namespace"] = "present (inferred)"
+                return True
+            self.report.block(BlockerClass.NAMESPACE, f"namespace {ns}: this identity can neither read it nor list "
+                              "inside it", "grant namespaced read access (get/list) in the namespace")
+            return False
         self.ev["namespace"] = "present"
         return True
 
@@ -443,6 +446,11 @@ def own_live_dgd(run: RunState, kube: Kube) -> tuple[str, str] | None:
 def preflight(run: RunState, kube: Kube) -> Preflight:
     """Step 2: every read-only gate against the run's inputs; raises :class:`StepBlocked` (carrying
     the :class:`Preflight`, which the ledger plugin records) when any gate failed."""
+    # A rerun whose own DGD is gone (its teardown stopped in the pods-gone wait) stops counting its
+    # GPUs first: the budgets below read this ledger's GPU-hours, the capacity gate its pods.
+    finished = retire.finish_own_teardown(run, kube)
+    if finished is not None:
+        run.record(finished)
     prev = run.previous
     baseline = next((p for p in contract_dgd_candidates(run.workload.dgd_path, run.exp_root) if p.is_file()), None)
     summaries = experiment.ledgers(run.exp_root)  # read once: the live GPUs and the budgets

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from deploy_suite import clock
 from deploy_suite.record.ledger import Ledger
-from deploy_suite.vocab import StepOutcome
+from deploy_suite.vocab import RunStatus, StepOutcome
 
 Whose = Literal["mine", "previous", "unknown"]
 
@@ -164,10 +164,30 @@ class Allocations:
         self._take(data)
         return reset
 
+    def released(self, at: str) -> bool:
+        """The DGD was found gone with its pods (a rerun after a teardown stopped in its pods-gone
+        wait): ``torn_down_at`` is ``at`` unless one is recorded, which ends the open interval
+        (:func:`spans`), so its GPU-hours stop growing; a re-apply then closes it (:func:`reopen`).
+        Idempotent: returns whether the record changed."""
+        if self.torn_down_at:
+            return False
+        self.torn_down_at = at
+        return True
+
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
         for name, value in self.fields().items():
             ledger.set_section(name, value)
         return {}
+
+
+def ready_since(data: Mapping[str, Any], attempt: Mapping[str, Any]) -> bool:
+    """Whether a run of this ledger's iteration ended ready after ``attempt``: the ledger's own
+    status, or a ``resumes`` entry begun after the attempt whose previous run ended ready."""
+    if data.get("status") == RunStatus.READY:
+        return True
+    at = str(attempt.get("at") or "")
+    return any(isinstance(r, Mapping) and r.get("previous_status") == RunStatus.READY and str(r.get("at") or "") > at
+               for r in data.get("resumes") or [])
 
 
 @dataclass(frozen=True)
@@ -179,17 +199,24 @@ class Carried:
     applied_dgd: Mapping[str, Any] | None = None
     retired_previous: Mapping[str, Any] | None = None
     allocations: Allocations = field(default_factory=Allocations)
-    # The last failed attempt of this iteration: its diagnosis and the copies' SHA-256 it ran with.
+    # The last failed attempt of this iteration, its diagnosis and the copies' SHA-256 it ran with,
+    # while it is the iteration's last word: after a run that ended ready it is history (a rerun of a
+    # ready iteration resumes in place, docs/procedure.md "Resume").
     last_failure: Mapping[str, Any] | None = None
+    # The teardown an earlier run's step 6 began (``deleting``: stopped before its pods were gone).
+    teardown: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, earlier: Mapping[str, Any] | None) -> Carried:
         earlier = earlier or {}
         applied, retired = earlier.get("applied_dgd"), earlier.get("retired_previous")
         attempts = [a for a in earlier.get("failed_attempts") or [] if isinstance(a, Mapping)]
+        teardown = earlier.get("teardown")
+        last = attempts[-1] if attempts and not ready_since(earlier, attempts[-1]) else None
         return cls(dict(applied) if isinstance(applied, Mapping) else None,
                    dict(retired) if isinstance(retired, Mapping) else None, Allocations.of(earlier),
-                   dict(attempts[-1]) if attempts else None)
+                   dict(last) if last is not None else None,
+                   dict(teardown) if isinstance(teardown, Mapping) else None)
 
     @property
     def uid(self) -> str | None:

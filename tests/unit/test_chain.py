@@ -15,6 +15,7 @@ from deploy_suite.access.kube import DGD, KNOWN, CommandRecord, Kube
 from deploy_suite.errors import InputError, StepBlocked
 from deploy_suite.procedure import caches, readiness, retire
 from deploy_suite.procedure.runstate import STEPS
+from deploy_suite.procedure.validate import ValidationInputs, Validator
 from deploy_suite.procedure.workspace import read_previous
 from deploy_suite.record import ledger, resume
 from tests import fakekube
@@ -210,6 +211,26 @@ def test_step3_deletes_a_dgd_that_declares_no_claim_to_create_when_claims_cannot
     assert "could not be listed" in result.claims_unlisted and "declares no spec.pvcs[] claim" in result.claims_unlisted
     assert len(api.of("DELETE")) == 1 and api.of("PATCH") == []
     assert run.ledger.data["retired_previous"]["claims_unlisted"] == result.claims_unlisted
+
+
+@pytest.mark.parametrize(("listable", "inferred"), [("pods", True), ("dynamographdeployments", True), (None, False)])
+def test_step2_infers_the_namespace_from_any_namespaced_list_not_only_claims(
+        fake, tmp_path: Path, listable: str | None, inferred: bool) -> None:
+    """An identity that may not read its Namespace nor list claims (step 3 copes without) is not
+    blocked in step 2 when it may list pods or DGDs there."""
+    api, kube, _ = fake
+    api.fail("GET", f"/api/v1/namespaces/{NS}", forbidden("get", "namespaces"))
+    for plural, prefix in (("pods", "/api/v1"), ("persistentvolumeclaims", "/api/v1"),
+                           ("dynamographdeployments", "/apis/nvidia.com/v1alpha1")):
+        if plural != listable:
+            api.fail("GET", f"{prefix}/namespaces/{NS}/{plural}", forbidden("list", plural))
+    checker = Validator(kube, ValidationInputs(NS, tmp_path / "deploy.yaml", {}, None, {}, tmp_path))
+    assert checker.check_namespace() is inferred
+    if inferred:
+        assert checker.ev["namespace"] == "present (inferred)" and checker.report.blockers == []
+    else:
+        (blocker,) = checker.report.blockers
+        assert blocker.category == "namespace" and "can neither read it nor list inside it" in blocker.message
 
 
 @pytest.mark.parametrize(("dgd", "may"), [

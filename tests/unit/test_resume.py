@@ -294,3 +294,98 @@ def test_capacity_excludes_the_reruns_own_pods(fake, tmp_path: Path) -> None:
     # One GPU on the cluster, held by the rerun's own worker: blocked by itself before, sufficient now.
     assert outcomes[None] == ("insufficient", ["gpu-capacity"])
     assert outcomes[(NS, "demo")] == ("sufficient", [])
+
+
+# ------------------------------------------------------------------ a rerun finds its own DGD gone
+
+
+# Before the fake clock's now (2026-01-01): allocated two hours, the delete begun one hour ago.
+START, ASKED = "2025-12-31T22:00:00Z", "2025-12-31T23:00:00Z"
+OWN = {"name": "demo", "namespace": NS, "kube_context": "fake-ctx", "uid": "uid-own", "applied_at": START}
+DELETING = {"policy": "teardown-final-failures", "action": "deleting", "at": ASKED, "dgd": "demo",
+            "reason": "crash: the attempt can never succeed as written; deleting it"}
+
+
+def interrupted(tmp_path: Path, **more: Any) -> Any:
+    """Iteration 0 rerun after its step 6 teardown was stopped in the pods-gone wait: applied, GPUs
+    allocated since START, the delete begun at ASKED, no torn_down_at."""
+    run = make_run(tmp_path, step="step2_validate")
+    sections = {"applied_dgd": OWN, "allocations": [{"allocated_at": START, "released_at": None}],
+                "allocated_at": START, "gpus_requested": 1, "teardown": DELETING, **more}
+    carry(run, **sections)
+    return run
+
+
+def test_a_rerun_finds_its_own_dgd_gone_writes_torn_down_at_and_the_reapply_closes_the_interval(
+        fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    run = interrupted(tmp_path)
+    finished = retire.finish_own_teardown(run, kube)
+    assert finished is not None and api.of("DELETE") == []
+    run.record(finished)
+    data = run.ledger.data
+    gone = data["torn_down_at"]
+    assert gone and gone == finished.allocations.torn_down_at
+    assert data["allocations"] == [{"allocated_at": START, "released_at": None}]  # ended by torn_down_at
+    assert resume.gpu_hours(data, "2099-01-01T00:00:00Z") == resume.gpu_hours(data) == 2.0  # stopped growing
+    (found,) = [d["own_dgd_found_gone"] for d in data["diagnostics"]]
+    assert found["torn_down_at"] == gone and run.evidence["own_dgd_found_gone"] == found
+    basis = found["torn_down_basis"]
+    assert basis["source"] == "observed-gone" and basis["exact"] is False
+    assert f"this iteration's step 6 teardown (deleting at {ASKED}" in basis["explanation"]
+    assert "when step 2 observed them gone: an upper bound" in basis["explanation"]
+    ledger.validate(data)
+    # Step 5 re-applies from the record step 2 left: the interval closes at torn_down_at, a new one opens later.
+    applied = run.record(apply.apply(run, kube))
+    assert applied.own.reapply is not None and applied.own.reapply["torn_down_at"] == gone
+    assert data["allocations"] == [{"allocated_at": START, "released_at": gone}] and data["torn_down_at"] is None
+    assert data["reapplies"] == [applied.own.reapply]
+
+
+def test_finding_its_own_dgd_gone_is_idempotent_and_needs_a_recorded_apply(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    assert retire.finish_own_teardown(interrupted(tmp_path / "a", torn_down_at=T2), kube) is None
+    never = make_run(tmp_path / "b", step="step2_validate")  # no earlier apply: nothing of its own to find
+    assert retire.finish_own_teardown(never, kube) is None
+    elsewhere = interrupted(tmp_path / "c", applied_dgd={**OWN, "kube_context": "other-ctx"})
+    assert retire.finish_own_teardown(elsewhere, kube) is None
+    assert api.requests == []
+
+
+def test_a_rerun_whose_own_dgd_is_live_writes_nothing(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.put(DGD, with_uid(fakekube.dgd("demo", NS, manager=kube.field_manager), "uid-own"))
+    run = interrupted(tmp_path)  # killed before the delete: the DGD still holds its GPUs
+    assert retire.finish_own_teardown(run, kube) is None
+    assert [r.method for r in api.requests] == ["GET"] and run.ledger.data["torn_down_at"] is None
+
+
+def test_own_pods_still_terminating_are_awaited_and_the_basis_is_exact(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    held = pod("demo-worker-0", NS, labels=DGD_LABEL)
+    held["metadata"]["deletionTimestamp"] = T1
+    api.put(POD, held)
+    api.script_watch(POD, NS, [event("DELETED", held)])
+    finished = retire.finish_own_teardown(interrupted(tmp_path), kube)
+    assert finished is not None
+    assert finished.basis["source"] == "pods-gone-watched" and finished.basis["exact"] is True
+    assert finished.basis["pods_deletion_requested_at"] == T1
+
+
+def test_own_pods_that_outlast_the_wait_leave_the_gpus_counted(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.put(POD, pod("demo-worker-0", NS, labels=DGD_LABEL))  # the fake's garbage collector is off
+    run = make_run(tmp_path, step="step2_validate", retire_s=1)
+    carry(run, applied_dgd=OWN, allocations=[{"allocated_at": START, "released_at": None}], teardown=DELETING)
+    assert retire.finish_own_teardown(run, kube) is None and run.ledger.data.get("torn_down_at") is None
+
+
+def test_a_failed_attempt_is_the_last_word_only_until_a_run_ends_ready() -> None:
+    attempt = {"at": T1, "diagnosis": "crash", "manifests": {"deploy": "a" * 64}}
+    assert resume.Carried.of({"status": "blocked", "failed_attempts": [attempt]}).last_failure == attempt
+    assert resume.Carried.of({"status": "ready", "failed_attempts": [attempt]}).last_failure is None
+    # Ready after the attempt, then a rerun blocked (a smoke gate): the attempt is history still.
+    later = {"status": "blocked", "failed_attempts": [attempt], "resumes": [{"at": T2, "previous_status": "ready"}]}
+    assert resume.Carried.of(later).last_failure is None
+    earlier = {**later, "resumes": [{"at": T0, "previous_status": "ready"}]}  # ready before the attempt
+    assert resume.Carried.of(earlier).last_failure == attempt
