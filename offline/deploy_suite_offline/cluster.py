@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import ssl
 import sys
 from collections.abc import Callable
@@ -241,7 +240,7 @@ class OfflineCluster:
                 self._write_kubeconfig()
                 self._apply_layout(layout, wait_timeout)
                 self._ensure_controllers()
-                self._wait_webhook()
+                self._wait_webhook(wait_timeout)
                 return self._report(self.status())
             raise ClusterError(f"stale state directory {self.dir}: the cluster's processes are not running; "
                                f"fix: run `deploy-suite cluster down --name {self.name}`, then `up` again")
@@ -265,7 +264,7 @@ class OfflineCluster:
                 self.log(f"start-up lost a port race ({str(exc)[:200]}); retrying with new ports")
                 self.down()
         self._ensure_controllers()
-        self._wait_webhook()
+        self._wait_webhook(wait_timeout)
         self._wait_dynamo_env()
         info = self.status()
         self.log(f"cluster {self.name} up in {clock.monotonic() - started:.1f}s "
@@ -356,24 +355,13 @@ class OfflineCluster:
         if profiles.get(self.operator).webhook:
             kube.apply(webhook.dgd_webhook_configuration(profiles.get(self.operator), port, self.webhook_dir))
 
-    def _wait_webhook(self, timeout: float = 30.0) -> None:
-        """Until the controllers' webhook accepts TLS connections: with failurePolicy Fail, a DGD
-        written before that would be refused."""
-        port = self.webhook_port
-        if not port:
-            return
-        ctx = ssl.create_default_context(cafile=str(self.webhook_dir / "ca.crt"))
-        deadline = clock.monotonic() + timeout
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=2) as raw, \
-                        ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
-                    return
-            except OSError as exc:
-                if clock.monotonic() >= deadline:
-                    raise ClusterError(f"the admission webhook on 127.0.0.1:{port} never answered ({exc}); fix: see "
-                                       f"{self.dir / 'logs' / (CONTROLLERS + '.log')}") from exc
-                clock.sleep(0.1)
+    def _wait_webhook(self, timeout: float) -> None:
+        """Until the controllers' webhook accepts TLS connections (with failurePolicy Fail, a DGD
+        written before that would be refused), while the controllers process lives."""
+        if self.webhook_port:
+            webhook.wait_answering(self.webhook_port, self.webhook_dir / "ca.crt",
+                                   lambda: procs.alive(self._pids().get(CONTROLLERS) or 0), timeout,
+                                   self.dir / "logs" / f"{CONTROLLERS}.log")
 
     def _write_kubeconfig(self) -> None:
         """Our own kubeconfig for this cluster, context ``offline-<name>``, written atomically."""

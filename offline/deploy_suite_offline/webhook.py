@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import ssl
 import subprocess
 import threading
@@ -32,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from deploy_suite_offline import procs
 from deploy_suite_offline.errors import ClusterError
 from deploy_suite_offline.faults import REFUSE_PODS_PATH, WEBHOOK_INFO_CONFIGMAP
 from deploy_suite_offline.operator_sim import admission, conversion
@@ -181,3 +183,26 @@ class WebhookServer(ThreadingHTTPServer):
     def _stop_on(self, stop: threading.Event) -> None:
         stop.wait()
         self.shutdown()
+
+
+def wait_answering(port: int, ca: Path, alive: Callable[[], bool], timeout: float, log: Path) -> None:
+    """Until the webhook on ``port`` completes a TLS handshake trusted by ``ca``. Bounded by the
+    caller's whole wait (a cold start of the controllers process under load takes tens of seconds)
+    and ended at once when ``alive`` says the process serving it exited."""
+    ctx = ssl.create_default_context(cafile=str(ca))
+    last: list[OSError] = []
+
+    def answers() -> bool | None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as raw, \
+                    ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
+                return True
+        except OSError as exc:
+            last[:] = [exc]
+        if not alive():
+            raise ClusterError(f"the process serving the admission webhook exited before it answered; fix: see {log}")
+        return None
+
+    if procs.poll(answers, timeout, interval=0.1, cap=1.0) is None:
+        raise ClusterError(f"the admission webhook on 127.0.0.1:{port} never answered in {timeout:.0f}s "
+                           f"({last[0] if last else 'no answer'}); fix: see {log}")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import functools
+import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from deploy_suite import clock
 from deploy_suite.access.watch import WaitState
-from deploy_suite_offline import cluster
+from deploy_suite_offline import cluster, webhook
 from deploy_suite_offline.errors import ClusterError
 
 QUEUES = {"metadata": {"name": "queues.scheduling.run.ai"},
@@ -53,3 +55,27 @@ def test_a_kind_discovery_never_serves_is_named(fake_clock: clock.FakeClock) -> 
     kube = _LaggingDiscovery(lag=10**6)
     with pytest.raises(ClusterError, match=r"Established but not in discovery: scheduling\.run\.ai/v2"):
         cluster.wait_established(kube, ["queues.scheduling.run.ai"], timeout=2)  # type: ignore[arg-type]
+
+
+def test_the_webhook_wait_ends_at_once_when_its_process_exited(fake_clock: clock.FakeClock, tmp_path: Path) -> None:
+    webhook.make_tls(tmp_path)  # the cluster's own CA, as `up` makes it
+    ca = tmp_path / "ca.crt"
+    port = _closed_port()
+    with pytest.raises(ClusterError, match="exited before it answered"):
+        webhook.wait_answering(port, ca, lambda: False, 120, tmp_path / "controllers.log")
+    assert fake_clock.slept == []  # no waiting on a process that is gone
+
+
+def test_the_webhook_wait_lasts_the_callers_whole_bound(fake_clock: clock.FakeClock, tmp_path: Path) -> None:
+    webhook.make_tls(tmp_path)  # the cluster's own CA, as `up` makes it
+    ca = tmp_path / "ca.crt"
+    started = fake_clock.monotonic()
+    with pytest.raises(ClusterError, match="never answered in 90s"):
+        webhook.wait_answering(_closed_port(), ca, lambda: True, 90, tmp_path / "controllers.log")
+    assert fake_clock.monotonic() - started == pytest.approx(90)  # not a fixed 30 s under load
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
