@@ -5,10 +5,13 @@ A claim names a ResourceClaimTemplate (one claim per pod) or a ResourceClaim; th
 name a DeviceClass, whose CEL selectors name the driver (``device.driver == "gpu.nvidia.com"``);
 the driver's ResourceSlices publish its devices, per node (``nodeName``) or for many nodes at once
 (``allNodes``, ``nodeSelector``). Step 2 reads these objects read-only
-(``deploy_suite.procedure.capacity``); what it could not read (``Forbidden``, DRA not served, a
-template created later) is a limitation, never a block. What is read is judged as Kubernetes'
-scheduler would: a DeviceClass that does not exist, or a driver that publishes fewer devices than
-one pod asks on every node the pod may use, can never be allocated. Device selectors are CEL and
+(``deploy_suite.procedure.capacity``); what it could not read (``Forbidden``, DRA not served) is a
+limitation, never a block. What is read is judged as Kubernetes' scheduler would: a claim template
+or claim neither the namespace nor the manifest holds (no claim is ever made for the pod), a
+template a ComputeDomain of the manifest would create on a cluster that does not serve that kind or
+has no DeviceClass of its channels' driver (NVIDIA's DRA driver not installed), a DeviceClass that
+does not exist, or a driver that publishes fewer devices than one pod asks on every node the pod
+may use, can never be allocated. Device selectors are CEL and
 are not evaluated: counting every device of the driver is an upper bound, so such a verdict is
 certain. A claim that asks for GPUs (a ``gpu``/``mig`` class or driver), or whose devices cannot be
 read, leaves the GPU count unknown, as it was before DRA was read (docs/procedure.md, step 2).
@@ -30,6 +33,9 @@ DRA_GROUP = "resource.k8s.io"
 # The claim template a ComputeDomain's controller creates (NVIDIA's DRA driver for GPUs): IMEX
 # channels of the domain, not GPUs; it exists only once the ComputeDomain is applied.
 COMPUTE_DOMAIN_KIND = "ComputeDomain"
+# The driver of a ComputeDomain's channels (its DeviceClass compute-domain-default-channel.nvidia.com
+# selects `device.driver == 'compute-domain.nvidia.com'`, docs/procedure.md, step 2).
+COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
 _DRIVER = re.compile(r"""device\.driver\s*==\s*["']([^"']+)["']""")
 _GPU_LABELS = frozenset({"gpu", "mig"})
 NAMED = 5  # nodes named per line
@@ -54,7 +60,10 @@ class DraView:
     templates: dict[str, Obj] = field(default_factory=dict)  # ResourceClaimTemplate name -> object
     claims: dict[str, Obj] = field(default_factory=dict)  # ResourceClaim name -> object
     made_by: dict[str, str] = field(default_factory=dict)  # template name -> the manifest object creating it
+    maker_api: dict[str, str] = field(default_factory=dict)  # template name -> its maker's apiVersion
+    unserved: dict[str, str] = field(default_factory=dict)  # a maker's apiVersion the cluster does not serve -> why
     unread: dict[str, str] = field(default_factory=dict)  # what -> why
+    missing: dict[str, str] = field(default_factory=dict)  # a template or claim read and absent -> what was read
 
     @classmethod
     def from_documents(cls, docs: Sequence[Any]) -> DraView:
@@ -72,6 +81,7 @@ class DraView:
                 made = ((doc.get("spec") or {}).get("channel") or {}).get("resourceClaimTemplate") or {}
                 if made.get("name"):
                     view.made_by[str(made["name"])] = f"{COMPUTE_DOMAIN_KIND} {name}"
+                    view.maker_api[str(made["name"])] = str(doc.get("apiVersion") or "")
         return view
 
 
@@ -142,16 +152,20 @@ class Devices:
                 self.shared[driver] += count
 
 
+def _why_not(view: DraView, name: str, default: str) -> str:
+    return view.missing.get(name) or view.unread.get(name, default)
+
+
 def _source(claim: DraClaim, view: DraView) -> tuple[Obj | None, str]:
     """The object a pod claim's devices are read from, or why there is none."""
     if claim.template:
         if claim.template in view.made_by:
             return None, f"made by {view.made_by[claim.template]} of the manifest (its channels, not GPUs)"
         found = view.templates.get(claim.template)
-        return found, "" if found else view.unread.get(claim.template, f"template {claim.template} not found")
+        return found, "" if found else _why_not(view, claim.template, f"template {claim.template} not found")
     if claim.claim:
         found = view.claims.get(claim.claim)
-        return found, "" if found else view.unread.get(claim.claim, f"ResourceClaim {claim.claim} not found")
+        return found, "" if found else _why_not(view, claim.claim, f"ResourceClaim {claim.claim} not found")
     return None, "names neither a template nor a claim"
 
 
@@ -181,7 +195,12 @@ class _Judge:
         obj, why = _source(claim, self.view)
         if obj is None:
             self.out.evidence.append({"component": component, "claim": claim.name, "devices": why})
-            if not why.startswith("made by"):
+            if claim.template in self.view.made_by:
+                self.made(where, claim.template)
+            elif (claim.template or claim.claim) in self.view.missing:
+                self.out.never.append(f"{where}: {why}: no claim is ever made for its pods, which can never be "
+                                      "scheduled (create it first, or drop the claim)")
+            else:
                 self.out.gpu_unknown.append(f"{where}: {why} (GPU count unknown)")
                 self.out.limitations.append(f"{where}: {why}")
             return
@@ -190,6 +209,21 @@ class _Judge:
                         "classes": list(request.classes), "count": request.count}
             self.out.evidence.append(row)
             self.request(where, request, may_use, row)
+
+    def made(self, where: str, template: str) -> None:
+        """A template a ComputeDomain of the manifest creates: only where the cluster has the kind
+        and its channels' driver (NVIDIA's DRA driver); else the pods never get their channel."""
+        view, maker = self.view, self.view.made_by[template]
+        api = view.maker_api.get(template, "")
+        if api in view.unserved:
+            self.out.never.append(f"{where} names template {template}, which {maker} of the manifest would create, "
+                                  f"but {view.unserved[api]}: the template never exists and its pods can never be "
+                                  "scheduled")
+        elif view.classes is not None and not any(driver_of(c) == COMPUTE_DOMAIN_DRIVER
+                                                  for c in view.classes.values()):
+            self.out.never.append(f"{where} names template {template} of {maker} (IMEX channels), but no DeviceClass "
+                                  f"of driver {COMPUTE_DOMAIN_DRIVER} exists (NVIDIA's DRA driver for GPUs, "
+                                  "ComputeDomains enabled, is not installed): no node can ever offer a channel")
 
     def request(self, where: str, request: Request, may_use: Sequence[str], row: Obj) -> None:
         view, out = self.view, self.out

@@ -24,7 +24,7 @@ from deploy_suite.procedure.platform import Verdicts
 from deploy_suite.vocab import BlockerClass
 
 NEVER_FIX = ("ask only for what the cluster's nodes offer, or run where they do (the device plugin or DRA driver "
-             "that advertises it installed)")
+             "that advertises it installed, the claim templates the pods name created)")
 GPU_FIX = "free GPUs on eligible nodes, or change the candidate's placement constraints"
 
 
@@ -35,6 +35,7 @@ def _dra_kind(kube: Kube, version: str, kind: str) -> Resource:
 def read_dra(kube: Kube, dgd: Dgd, docs: Sequence[Any], namespace: str) -> dra.DraView:
     """The DRA objects the DGD's claims need: the manifest's own first, then the cluster's."""
     view = dra.DraView.from_documents(docs)
+    _read_makers(kube, view)
     try:
         served = kube.served_versions(dra.DRA_GROUP, "DeviceClass")
     except Forbidden:
@@ -58,6 +59,21 @@ def read_dra(kube: Kube, dgd: Dgd, docs: Sequence[Any], namespace: str) -> dra.D
     return view
 
 
+def _read_makers(kube: Kube, view: dra.DraView) -> None:
+    """Whether the cluster serves the kind of each manifest object that makes a claim template (a
+    ComputeDomain: its CRD comes with NVIDIA's DRA driver); discovery this identity may not read is
+    no verdict."""
+    for api in sorted(set(view.maker_api.values())):
+        group, _, version = api.rpartition("/")
+        try:
+            served = kube.served_versions(group, dra.COMPUTE_DOMAIN_KIND)
+        except Forbidden:
+            continue
+        if version not in served:
+            view.unserved[api] = (f"the cluster does not serve {dra.COMPUTE_DOMAIN_KIND} {api} (NVIDIA's DRA driver "
+                                  "for GPUs, which defines it, is not installed)")
+
+
 def _refused(exc: Exception) -> str:
     return "forbidden" if isinstance(exc, Forbidden) else "not served"
 
@@ -74,7 +90,7 @@ def _read_claim(kube: Kube, view: dra.DraView, claim: DraClaim, version: str, na
         view.unread[name] = f"{kind} {name}: read {_refused(exc)}"
         return
     if found is None:
-        view.unread[name] = f"{kind} {name} not found in {namespace} nor in the manifest"
+        view.missing[name] = f"{kind} {name} not found in {namespace} nor in the manifest"
     else:
         known[name] = found
 

@@ -365,3 +365,85 @@ def test_a_cluster_template_naming_a_device_class_that_does_not_exist_blocks(fak
     (finding,) = checker.report.blockers
     assert finding.category == "resource-capacity" and "asks device class rdma.example.com" in finding.message
     assert checker.report.capacity["dra"][0]["devices"] == "no such DeviceClass"
+
+
+# ------------------------------------------------------------------ claims the cluster lacks (issue 29)
+COMPUTE_DOMAINS = Resource("resource.nvidia.com", "v1beta1", "computedomains", True, "ComputeDomain")
+CHANNEL_CLASS = device_class("compute-domain-default-channel.nvidia.com", dra.COMPUTE_DOMAIN_DRIVER)
+
+
+def gb200_view(**kwargs: Any) -> dra.DraView:
+    seen = dra.DraView.from_documents(load_all(GB200, "gb200"))
+    for key, value in kwargs.items():
+        setattr(seen, key, value)
+    return seen
+
+
+def test_a_computedomain_channel_on_a_cluster_without_the_kind_is_never_offered() -> None:
+    # NVIDIA's DRA driver not installed: the ComputeDomain is never created, nor its template.
+    seen = gb200_view(unserved={"resource.nvidia.com/v1beta1": "the cluster does not serve ComputeDomain "
+                                                                "resource.nvidia.com/v1beta1"})
+    result = check_capacity(load_dgd(GB200), rdma_nodes(None, n=2), [], namespace=NS, dra=seen)
+    assert result.outcome == "insufficient"
+    (line,) = result.never_offered
+    assert line.startswith("component decode's DRA claim compute-domain-channel (template "
+                           "trtllm-test-compute-domain-channel) names template trtllm-test-compute-domain-channel, "
+                           "which ComputeDomain trtllm-test-compute-domain of the manifest would create, but the "
+                           "cluster does not serve ComputeDomain"), line
+    assert result.reasons[0] == line
+
+
+def test_a_computedomain_channel_without_its_drivers_device_class_is_never_offered() -> None:
+    nodes = rdma_nodes(None, n=2)
+    none = check_capacity(load_dgd(GB200), nodes, [], namespace=NS,
+                          dra=gb200_view(classes={"gpu.nvidia.com": device_class("gpu.nvidia.com", "gpu.nvidia.com")}))
+    assert none.outcome == "insufficient"
+    assert "no DeviceClass of driver compute-domain.nvidia.com exists" in none.never_offered[0]
+    # The driver installed (its channel class exists): the GB200 shape fits as before.
+    ok = check_capacity(load_dgd(GB200), nodes, [], namespace=NS,
+                        dra=gb200_view(classes={"c": CHANNEL_CLASS}))
+    assert ok.outcome == "sufficient" and not ok.never_offered
+
+
+@pytest.mark.parametrize("claimed", ["template", "claim"])
+def test_a_claim_template_or_claim_read_and_absent_makes_the_pod_unplaceable(claimed: str) -> None:
+    text = claiming("nic") if claimed == "template" else claiming("nic").replace(
+        "resourceClaimTemplateName: nic", "resourceClaimName: nic")
+    kind = "ResourceClaimTemplate" if claimed == "template" else "ResourceClaim"
+    seen = view(classes=[], slices=[])
+    seen.missing["nic"] = f"{kind} nic not found in {NS} nor in the manifest"
+    result = check_capacity(parse_dgd(text), NODES, [], namespace=NS, dra=seen)
+    assert result.outcome == "insufficient", result.reasons
+    (line,) = result.never_offered
+    assert f"{kind} nic not found in {NS} nor in the manifest: no claim is ever made for its pods" in line
+
+
+def test_step_2_blocks_a_template_the_namespace_does_not_hold(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    api.served = [CLASSES, SLICES, TEMPLATES]
+    api.put(CLASSES, device_class("gpu.nvidia.com", "gpu.nvidia.com"))
+    checker = gate(kube, tmp_path, claiming("nic"))
+    (finding,) = checker.report.blockers
+    assert finding.category == BlockerClass.RESOURCE_CAPACITY
+    assert f"ResourceClaimTemplate nic not found in {NS} nor in the manifest" in finding.message
+    assert "claim templates the pods name" in finding.fix
+    assert checker.report.capacity["capacity"] == "insufficient"
+    assert not [line for line in checker.report.limitations if line.startswith("DRA claims")]
+    assert {r.method for r in api.requests} == {"GET"}
+
+
+@pytest.mark.parametrize(("served", "blocked"), [([CLASSES, SLICES, TEMPLATES], True),
+                                                 ([CLASSES, SLICES, TEMPLATES, COMPUTE_DOMAINS], False)])
+def test_step_2_reads_whether_the_cluster_serves_the_computedomain_kind(fake, tmp_path: Path,
+                                                                        served: list[Resource],
+                                                                        blocked: bool) -> None:
+    api, kube, _ = fake
+    api.served = served
+    api.put(CLASSES, CHANNEL_CLASS)
+    checker = validator(kube, tmp_path, rdma_nodes(None, n=2))
+    checker.check_capacity(load_dgd(GB200), {"deploy": load_all(GB200, "gb200")})
+    assert (checker.report.capacity["capacity"] == "insufficient") is blocked, checker.report.capacity
+    assert [b.category for b in checker.report.blockers] == (["resource-capacity"] if blocked else [])
+    if blocked:
+        assert "does not serve ComputeDomain resource.nvidia.com/v1beta1 (NVIDIA's DRA driver" in \
+            checker.report.blockers[0].message
