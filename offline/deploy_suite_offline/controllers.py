@@ -5,7 +5,15 @@ dynamic provisioner for the offline storage classes (the role external-provision
 real cluster): it honours ``WaitForFirstConsumer`` by waiting for the scheduler's
 ``volume.kubernetes.io/selected-node`` annotation, creates a PV sized and moded like the claim,
 pre-bound through ``claimRef``, and deletes released PVs (reclaim policy ``Delete``). The real PV
-controller in kube-controller-manager does the binding.
+controller in kube-controller-manager does the binding (and says when a claim's class does not
+exist). The claim's events are worded as sig-storage-lib-external-provisioner v11.0.0 writes them
+(controller/controller.go: ``Provisioning``, ``ProvisioningFailed`` as ``failed to provision volume
+with StorageClass "<class>": <the driver's error>``; controller/volume_store.go:
+``ProvisioningSucceeded``). A class's ``parameters`` (passed to the driver, as a CSI driver's are)
+make it show two failure classes (docs/offline-cluster.md): ``accessModes`` lists the modes the
+backend supports (another is refused as a CSI driver refuses it: gRPC ``InvalidArgument`` naming the
+CSI access mode, csi-lib-utils' accessmodes table) and ``provisioningDelaySeconds`` holds each volume
+that long (a slow backend).
 
 It serves the operator's admission webhooks over TLS on 127.0.0.1 (:mod:`deploy_suite_offline.webhook`)
 and runs the Dynamo operator simulator (:mod:`deploy_suite_offline.operator_sim`): DGDs become
@@ -20,6 +28,7 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,10 +50,42 @@ def log(message: str) -> None:
     print(f"{clock.iso_now()} {message}", flush=True)
 
 
+# Kubernetes' access modes as CSI names them (csi-lib-utils accessmodes/access_modes.go).
+CSI_ACCESS_MODES = {"ReadWriteOnce": "SINGLE_NODE_WRITER", "ReadOnlyMany": "MULTI_NODE_READER_ONLY",
+                    "ReadWriteMany": "MULTI_NODE_MULTI_WRITER", "ReadWriteOncePod": "SINGLE_NODE_SINGLE_WRITER"}
+SUPPORTED_MODES = "accessModes"  # a class parameter: the modes its backend supports, comma-separated
+DELAY = "provisioningDelaySeconds"  # a class parameter: how long each volume takes
+
+
 class Provisioner:
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, stop: threading.Event | None = None) -> None:
         self.kube = kube
+        self.stop = stop or threading.Event()
         self.classes: dict[str, Obj] = {}
+        self.started: set[str] = set()  # claims (uid) whose provisioning began: one attempt each
+
+    def event(self, pvc: Obj, kind: str, reason: str, message: str) -> None:
+        """An event on the claim, as the external provisioner's event recorder writes it."""
+        meta, now = pvc["metadata"], clock.iso_now()
+        self.kube.create({"apiVersion": "v1", "kind": "Event",
+                          "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
+                          "involvedObject": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "name": meta["name"],
+                                             "namespace": meta["namespace"], "uid": meta["uid"]},
+                          "reason": reason, "message": message, "type": kind, "count": 1,
+                          "firstTimestamp": now, "lastTimestamp": now,
+                          "source": {"component": f"{PROVISIONER}_offline"}}, meta["namespace"])
+
+    def refusal(self, sc: Obj, pvc: Obj) -> str | None:
+        """The driver's error for an access mode its backend does not support, else None."""
+        supported = str((sc.get("parameters") or {}).get(SUPPORTED_MODES) or "")
+        if not supported:
+            return None
+        allowed = {m.strip() for m in supported.split(",")}
+        asked = [m for m in (pvc.get("spec") or {}).get("accessModes") or [] if m not in allowed]
+        if not asked:
+            return None
+        return (f"rpc error: code = InvalidArgument desc = access mode {CSI_ACCESS_MODES.get(asked[0], asked[0])} is "
+                f"not supported (supported: {', '.join(CSI_ACCESS_MODES.get(m, m) for m in sorted(allowed))})")
 
     def storage_class(self, name: str) -> Obj | None:
         if name not in self.classes:
@@ -69,6 +110,34 @@ class Provisioner:
         node = annotations.get(SELECTED_NODE)
         if sc.get("volumeBindingMode") == "WaitForFirstConsumer" and not node:
             return  # the scheduler picks the node first
+        if meta["uid"] in self.started:
+            return
+        self.started.add(meta["uid"])
+        self.event(pvc, "Normal", "Provisioning",
+                   f"External provisioner is provisioning volume for claim \"{meta['namespace']}/{meta['name']}\"")
+        refused = self.refusal(sc, pvc)
+        if refused is not None:
+            self.event(pvc, "Warning", "ProvisioningFailed",
+                       f"failed to provision volume with StorageClass \"{class_name}\": {refused}")
+            log(f"refused {meta['namespace']}/{meta['name']}: {refused}")
+            return
+        delay = float((sc.get("parameters") or {}).get(DELAY) or 0)
+        if delay > 0:
+            threading.Thread(target=self.later, args=(delay, pvc, sc, node), daemon=True,
+                             name=f"provision-{meta['name']}").start()
+        else:
+            self.provision(pvc, sc, node)
+
+    def later(self, delay: float, pvc: Obj, sc: Obj, node: str | None) -> None:
+        if not clock.wait_event(self.stop, delay):
+            try:
+                self.provision(pvc, sc, node)
+            except KubeError as exc:
+                log(f"provisioner: {exc}")
+
+    def provision(self, pvc: Obj, sc: Obj, node: str | None) -> None:
+        """A PV sized and moded like the claim, pre-bound to it through ``claimRef``."""
+        meta, spec = pvc["metadata"], pvc.get("spec") or {}
         pv: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "PersistentVolume",
@@ -77,7 +146,7 @@ class Provisioner:
                 "capacity": {"storage": (spec.get("resources") or {}).get("requests", {}).get("storage", "1Gi")},
                 "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
                 "persistentVolumeReclaimPolicy": sc.get("reclaimPolicy", "Delete"),
-                "storageClassName": class_name,
+                "storageClassName": spec.get("storageClassName"),
                 "volumeMode": spec.get("volumeMode", "Filesystem"),
                 "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": meta["namespace"],
                              "name": meta["name"], "uid": meta["uid"]},
@@ -89,9 +158,13 @@ class Provisioner:
                 {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}
         try:
             self.kube.create(pv)
-            log(f"provisioned {pv['metadata']['name']} for {meta['namespace']}/{meta['name']}")
         except Conflict:
-            pass
+            return
+        except KubeError:  # tried again at the claim's next event
+            self.started.discard(meta["uid"])
+            raise
+        self.event(pvc, "Normal", "ProvisioningSucceeded", f"Successfully provisioned volume {pv['metadata']['name']}")
+        log(f"provisioned {pv['metadata']['name']} for {meta['namespace']}/{meta['name']}")
 
     def on_volume(self, etype: str, pv: Obj) -> None:
         meta = pv.get("metadata") or {}
@@ -141,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     kube = Kube(args.context, args.kubeconfig, user_agent="deploy-suite-controllers")
-    prov = Provisioner(kube)
+    prov = Provisioner(kube, stop)
     # Its own client: the simulator's worker and serving threads must not queue behind watches.
     sim = OperatorSim(Kube(args.context, args.kubeconfig, user_agent="deploy-suite-operator-sim"),
                       Path(args.cluster_dir), log, serve=not args.no_serving, profile=profile,

@@ -156,6 +156,50 @@ def test_a_model_cache_pvc_reaches_bound(cluster_kube: Kube, scratch_namespace: 
     assert got["status"]["accessModes"] == [mode]
 
 
+def claim_events(kube: Kube, ns: str, name: str, reason: str, timeout: float = 30) -> list[Obj]:
+    def said(objs: dict[str, Obj]) -> tuple[bool, str]:
+        found = [e for e in objs.values() if e.get("reason") == reason]
+        return bool(found), f"{len(objs)} event(s)"
+
+    state = kube.wait_for(Watch("Event", ns, field_selector=f"involvedObject.name={name}"), said,
+                          awaited=f"{reason} on {name}", timeout=timeout)
+    return sorted(state.objects.values(), key=lambda e: str(e.get("firstTimestamp")))
+
+
+@pytest.mark.parametrize("case", ["refuses-rwx", "slow"])
+def test_a_storage_class_parameter_makes_the_provisioner_refuse_or_take_its_time(
+        cluster_kube: Kube, scratch_namespace: str, case: str) -> None:
+    # The stand-in's words are the external provisioner's (controllers.py cites them).
+    storage_class = f"it-{case}-{scratch_namespace}"
+    parameters = {"accessModes": "ReadWriteOnce"} if case == "refuses-rwx" else {"provisioningDelaySeconds": "4"}
+    cluster_kube.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": storage_class},
+                         "provisioner": "deploy-suite.local/hostpath", "volumeBindingMode": "Immediate",
+                         "parameters": parameters})
+    try:
+        started = time.monotonic()
+        cluster_kube.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "cache"},
+                             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": storage_class,
+                                      "resources": {"requests": {"storage": "10Gi"}}}}, scratch_namespace)
+        if case == "refuses-rwx":
+            (failed,) = [e for e in claim_events(cluster_kube, scratch_namespace, "cache", "ProvisioningFailed")
+                         if e["reason"] == "ProvisioningFailed"]
+            assert failed["type"] == "Warning" and failed["message"] == (
+                f'failed to provision volume with StorageClass "{storage_class}": rpc error: code = InvalidArgument '
+                "desc = access mode MULTI_NODE_MULTI_WRITER is not supported (supported: SINGLE_NODE_WRITER)")
+            time.sleep(2)  # nothing is provisioned after the refusal
+            assert cluster_kube.get("PersistentVolumeClaim", "cache", scratch_namespace)["status"]["phase"] == "Pending"
+            return
+        first = claim_events(cluster_kube, scratch_namespace, "cache", "Provisioning")
+        assert first[0]["message"] == ("External provisioner is provisioning volume for claim "
+                                       f'"{scratch_namespace}/cache"')
+        done = claim_events(cluster_kube, scratch_namespace, "cache", "ProvisioningSucceeded")
+        assert time.monotonic() - started >= 4
+        assert next(e["message"] for e in done if e["reason"] == "ProvisioningSucceeded").startswith(
+            "Successfully provisioned volume pvc-")
+    finally:
+        cluster_kube.delete("StorageClass", storage_class)
+
+
 def test_deployments_roll_out_and_garbage_collection_follows_owner_references(
         cluster_kube: Kube, scratch_namespace: str) -> None:
     labels = {"app": "web"}
