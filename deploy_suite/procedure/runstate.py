@@ -298,11 +298,13 @@ class RunState:
         :func:`stops.judge`: ``failed`` with a ``failed_attempts`` entry (unless the result recorded
         its own) only for the candidate's own failure, else ``blocked`` with its class. Returns the
         one line a person reads."""
+        stopped_at = clock.iso_now_precise()  # the verdict's time, to the microsecond (bench/bench_time_to_verdict.py)
         partial = getattr(error, "result", None)
         # A step that recorded its attempt itself (step 6, before its teardown) counts it once.
         attempts = len(self.ledger.data["failed_attempts"]) - bool(getattr(partial, "attempt_recorded", False))
         if partial is not None and self.current == name:
             self.record(partial)
+        self.ledger.step(name)["evidence"]["stopped_at"] = stopped_at
         stop = stops.judge(name, error)
         if isinstance(error, StepBlocked):
             line = str(error)  # its message and fix: a missing prerequisite needs no traceback

@@ -57,6 +57,7 @@ def test_the_verdict_is_right_and_given_within_seconds(verdict_target: Target, s
         assert outcome.failed_attempts == (1 if expected.failed_attempt else 0), outcome
         assert "during_error" not in outcome.extra, outcome.extra
         assert expected.says in (outcome.extra["diagnosis"] or ""), outcome.extra["diagnosis"]
+        assert set(expected.also) <= set(outcome.extra["blockers"]), outcome.extra["blockers"]
         if expected.status == "ready":
             assert suite.returncode == 0
         else:

@@ -38,8 +38,10 @@ from deploy_suite.access.watch import Watch
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME
 from deploy_suite.errors import SuiteError
 from deploy_suite_offline import faults
+from deploy_suite_offline.operator_sim.profiles import DEFAULT_PROFILE
+from deploy_suite_offline.pools import PROVISIONER
 from tests.support.runs import SuiteRun, outcomes, step
-from tests.support.targets import Target
+from tests.support.targets import SAMPLE_SUPPORT, Target
 
 VERDICT_LOG_ENV = "DEPLOY_SUITE_VERDICT_LOG"
 READINESS_S = 180.0
@@ -95,6 +97,7 @@ class Expected:
     category: str | None  # readiness state / blocker class
     failed_attempt: bool  # charged to the failed-deploy budget
     says: str = ""  # a word the verdict's diagnosis (failed attempt or blocker) must name
+    also: tuple[str, ...] = ()  # blocker classes the run must also record beside the first
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,12 @@ class Scenario:
     no_progress_s: float = NO_PROGRESS_S
     goal_s: float | None = None  # the time to verdict the test holds the harness to (else the bench's)
     in_slice: bool = True  # False: the full matrix only, also on the representative profile
+    # Documents written before the DGD into the handed-off deploy.yaml (a ComputeDomain, ...).
+    documents: Callable[[], list[dict[str, Any]]] | None = None
+    # The support manifests handed over (type -> file), made once the setup ran; None: none.
+    support: Callable[[Target], dict[str, Path]] | None = None
+    args: tuple[str, ...] = ()  # more options of the run (`pytest --iter=0 ...`)
+    subject: str = f"{DGD_NAME}-"  # the name prefix of the objects whose words are the evidence
 
 
 @dataclass
@@ -154,10 +163,12 @@ def record(outcome: Outcome, passed: bool) -> None:
 def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Outcome]:
     """Provoke the class, run iteration 0 of the suite, and measure."""
     path = target.tmp / f"{scenario.name}.yaml"
-    path.write_text(yaml.safe_dump(scenario.dgd(), sort_keys=False))
+    docs = [*(scenario.documents() if scenario.documents is not None else []), scenario.dgd()]
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     if scenario.setup is not None:
         scenario.setup(target)
-    exp = target.experiment(path, support={}, gpu_ceiling=scenario.gpu_ceiling)
+    exp = target.experiment(path, support=scenario.support(target) if scenario.support is not None else {},
+                            gpu_ceiling=scenario.gpu_ceiling)
     notes: dict[str, Any] = {}
     helper = None
     if scenario.during is not None:
@@ -166,7 +177,7 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
         helper.start()
     try:
         suite = target.run(exp, f"--timeout-readiness={READINESS_S:.0f}",
-                           f"--timeout-readiness-no-progress={scenario.no_progress_s:.0f}")
+                           f"--timeout-readiness-no-progress={scenario.no_progress_s:.0f}", *scenario.args)
     finally:  # the operator's and the serving's switches are keyed by namespace/DGD: never left behind
         faults.set_operator_fault(target.kube, target.namespace, DGD_NAME, None)
         faults.set_serving_fault(target.kube, target.namespace, DGD_NAME, None)
@@ -181,8 +192,9 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
                 readiness.get("state") if failed_step == "step6_readiness" or led["status"] == "ready" else
                 (led.get("smoke") or {}).get("gate") if failed_step == "step7_smoke" else
                 (led.get("failed_attempts") or [{}])[-1].get("category"))
+    stopped = step(led, failed_step)
     verdict_at = readiness.get("verdict_at") if failed_step == "step6_readiness" or led["status"] == "ready" else \
-        step(led, failed_step).get("ended_at")
+        (stopped.get("evidence") or {}).get("stopped_at") or stopped.get("ended_at")
     evidence_at = first_evidence(target, scenario, verdict_at, notes)
     seconds = None
     if evidence_at and verdict_at:
@@ -193,7 +205,8 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
                           len(led.get("failed_attempts") or []), evidence_at, verdict_at, seconds,
                           {"reconcile_errors": readiness.get("reconcile_errors") or [],
                            "generation_rule": readiness.get("generation_rule"), "diagnosis": diagnosis,
-                           "contention": len(readiness.get("contention") or []), **notes})
+                           "contention": len(readiness.get("contention") or []),
+                           "blockers": [b["class"] for b in blockers], **notes})
 
 
 def _noted(during: Callable[[Target, dict[str, Any]], None], target: Target, notes: dict[str, Any]) -> None:
@@ -237,7 +250,7 @@ def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None,
     if not scenario.evidence:
         return None
     audit = _audit(target)
-    prefix = f"{DGD_NAME}-"  # any of the DGD's children (the frontend's may speak first)
+    prefix = scenario.subject  # any of the DGD's children (the frontend's may speak first), or a support object
     dgd_writes = [str(e["requestReceivedTimestamp"]) for e in audit if _done(e, "dynamographdeployments", "status")]
     if scenario.evidence == ("ready-status",):
         before = [w for w in dgd_writes if verdict_at and parse(w) <= parse(verdict_at)]
@@ -463,6 +476,61 @@ def _multinode() -> dict[str, Any]:
     return dgd
 
 
+# ---- what a pod's claims need (issue 29): DRA claims at step 2, the model cache's claim and its
+# download at step 4, with the offline provisioner's stand-ins (deploy_suite_offline/controllers.py)
+CHANNEL = f"{DGD_NAME}-channel"
+COMPUTE_DOMAIN = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+                  "metadata": {"name": f"{DGD_NAME}-domain"},
+                  "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": CHANNEL}}}}
+SUPPORT_DATA = Path(__file__).resolve().parents[1] / "e2e" / "data"
+NO_SUCH_CLASS = "verdict-no-such-class"  # never created
+CACHE = "model-cache"  # the sample's claim
+
+
+def _claims_channel(dgd: dict[str, Any]) -> None:
+    """The worker claims a ComputeDomain's IMEX channel, as NVIDIA's GB200 recipes do."""
+    worker_spec(dgd)["resourceClaims"] = [{"name": "compute-domain-channel", "resourceClaimTemplateName": CHANNEL}]
+
+
+def _cache_of_class(storage_class: str) -> Callable[[Target], dict[str, Path]]:
+    """The sample's model cache (ReadWriteMany) under ``storage_class`` and its download Job."""
+    def support(target: Target) -> dict[str, Path]:
+        cache = target.tmp / "model-cache.yaml"
+        cache.write_text((SAMPLE_SUPPORT / "model-cache.yaml").read_text(encoding="utf-8").replace(
+            '"your-storage-class-name"', f'"{storage_class.format(ns=target.namespace)}"'), encoding="utf-8")
+        return {"model-cache": cache, "model-download": SAMPLE_SUPPORT / "model-download.yaml"}
+    return support
+
+
+def _offline_class(name: str, **parameters: str) -> Callable[[Target], None]:
+    """A StorageClass of the offline provisioner whose ``parameters`` make it refuse or take its time."""
+    def setup(target: Target) -> None:
+        storage_class = name.format(ns=target.namespace)
+        target.apply_fault(faults.Fault(storage_class, ({  # cluster-scoped: removed with the target's faults
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": storage_class},
+            "provisioner": PROVISIONER, "volumeBindingMode": "Immediate", "parameters": parameters},)))
+    return setup
+
+
+DISK_FULL = "OSError: [Errno 28] No space left on device: '/model-store/hub/models--Qwen--Qwen3-0.6B'"
+
+
+def _download_fills_its_disk(target: Target) -> None:
+    """The download's pod fails, its log the disk-full error (a kwok ClusterLogs for the namespace)."""
+    log_file = faults.write_cri_log(target.tmp / "download.log", f"Fetching 10 files\n{DISK_FULL}\n")
+    name = f"verdict-disk-{target.namespace}"
+    target.apply_fault(faults.job_pod_failure(name, faults.by_job("model-download", namespace=target.namespace)))
+    target.apply_fault(faults.Fault(name, ({
+        "apiVersion": faults.KWOK_API, "kind": "ClusterLogs", "metadata": {"name": name},
+        "spec": {"selector": {"matchNamespaces": [target.namespace]},
+                 "logs": [{"containers": ["model-download"], "logsFile": str(log_file)}]}},)))
+
+
+def _failing_download(target: Target) -> dict[str, Path]:
+    return {"model-cache": SAMPLE_SUPPORT / "model-cache.yaml", "model-download": SUPPORT_DATA /
+            "model-download-fails.yaml"}
+
+
 FAILED_ATTEMPT = {"status": "failed", "step": "step6_readiness", "failed_attempt": True}
 # Not the candidate's failure: blocked with its class, no failed attempt (docs/procedure.md, "Outcomes").
 DEPENDENCY = Expected("blocked", "step6_readiness", "dependency", False)
@@ -519,4 +587,33 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("contention-outlasts-no-progress", Expected("ready", "step7_smoke", "ready", False),
              _unmodelled(lambda dgd: None), setup=_every_h200_gpu_held, during=_free_gpus_after_the_bound,
              no_progress_s=CONTENTION_NO_PROGRESS_S, evidence=("ready-status",), in_slice=False),
+    # A claim template neither the namespace nor the manifest holds: the worker's pods can never be
+    # scheduled, so step 2's capacity says insufficient (resource-capacity), before any apply.
+    Scenario("dra-claim-template-missing", Expected("blocked", "step2_validate", "resource-capacity", False,
+                                                    f"ResourceClaimTemplate {CHANNEL} not found"),
+             _with(_claims_channel), profiles=(DEFAULT_PROFILE,)),
+    # The GB200 shape on a cluster without NVIDIA's DRA driver: the ComputeDomain's dry-run is refused
+    # and the capacity gate names the channel its template would give.
+    Scenario("dra-computedomain-without-driver", Expected("blocked", "step2_validate", "dry-run", False,
+                                                          "ComputeDomain", also=("resource-capacity",)),
+             _with(_claims_channel), documents=lambda: [copy.deepcopy(COMPUTE_DOMAIN)], profiles=(DEFAULT_PROFILE,),
+             in_slice=False),
+    # As an admin: the class the model cache names and the workload's storage_class both missing.
+    Scenario("claim-class-missing", Expected("blocked", "step2_validate", "storage-class", False, NO_SUCH_CLASS),
+             support=_cache_of_class(NO_SUCH_CLASS), args=(f"--storage-class={NO_SUCH_CLASS}",),
+             profiles=(DEFAULT_PROFILE,)),
+    # The provisioner refuses ReadWriteMany (its ProvisioningFailed): the claim's wait ends at once.
+    Scenario("claim-rwx-refused", Expected("blocked", "step4_support_manifests", "pvc", False, "access mode"),
+             setup=_offline_class("verdict-rwo-{ns}", accessModes="ReadWriteOnce"),
+             support=_cache_of_class("verdict-rwo-{ns}"), evidence=("ProvisioningFailed",), subject=CACHE,
+             profiles=(DEFAULT_PROFILE,)),
+    Scenario("download-disk-full", Expected("blocked", "step4_support_manifests", "platform", False, "disk-full"),
+             setup=_download_fills_its_disk, support=_failing_download, evidence=("pod-status",),
+             subject="model-download-", profiles=(DEFAULT_PROFILE,),
+             covered_by="test_failed_download_job_fails_step4_fast_names_its_cause_and_keeps_its_last_log_lines"),
+    # A provisioner that takes 30 s: a bounded legitimate wait, then ready (no false verdict).
+    Scenario("claim-slow-provisioner", Expected("ready", "step7_smoke", "ready", False),
+             setup=_offline_class("verdict-slow-{ns}", provisioningDelaySeconds="30"),
+             support=_cache_of_class("verdict-slow-{ns}"), evidence=("ready-status",), profiles=(DEFAULT_PROFILE,),
+             in_slice=False),
 )}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from deploy_suite import cli
+from deploy_suite import cli, clock
 from deploy_suite.errors import Forbidden, StepBlocked, StepFailure, WaitTimeout
 from deploy_suite.procedure import stops
 from deploy_suite.procedure.runstate import RunState
@@ -115,6 +115,10 @@ def test_no_progress_blocks_the_run_with_its_class_and_charges_nothing(run: RunS
     assert data["steps"][5]["outcome"] == "blocked" and data["steps"][5]["reason"] == line
     assert data["diagnostics"][-1]["error"] == line  # the error line kept as before
     assert experiment.failed_deploys_in(data) == 0
+    # The verdict's time to the microsecond (the step's ended_at says the whole second only).
+    stopped_at = data["steps"][5]["evidence"]["stopped_at"]
+    gap = clock.parse_iso(data["steps"][5]["ended_at"]) - clock.parse_iso(stopped_at)  # type: ignore[operator]
+    assert "." in stopped_at and -1 < gap.total_seconds() <= 1, stopped_at
 
 
 def test_a_harness_error_blocks_as_an_unclassified_error(run: RunState) -> None:
