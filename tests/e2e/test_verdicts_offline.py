@@ -58,6 +58,8 @@ def test_the_verdict_is_right_and_given_within_seconds(verdict_target: Target, s
         assert "during_error" not in outcome.extra, outcome.extra
         assert expected.says in (outcome.extra["diagnosis"] or ""), outcome.extra["diagnosis"]
         assert set(expected.also) <= set(outcome.extra["blockers"]), outcome.extra["blockers"]
+        if case.waited is not None:  # the legitimate wait happened, and ended without a false verdict
+            assert (outcome.extra["step_s"][case.waited[0]] or 0) >= case.waited[1], outcome.extra["step_s"]
         if expected.status == "ready":
             assert suite.returncode == 0
         else:

@@ -258,3 +258,32 @@ def test_a_namespaced_identitys_claim_naming_a_missing_class_blocks_step4_at_onc
     assert data["failed_attempts"] == []
     (step4,) = [s for s in data["steps"] if s["name"] == "step4_support_manifests"]
     assert step4["duration_s"] < 60, step4
+
+
+def test_a_namespaced_identitys_claim_whose_provisioner_takes_30_s_ends_ready(
+        offline_cluster: OfflineCluster, cluster_kube: Kube, deployer_identity: Identity, tmp_path: Path) -> None:
+    # Issue 29: the claim is not awaited (StorageClasses unreadable); the download's pod meets "unbound
+    # immediate PersistentVolumeClaims" while the volume is made (the offline provisioner's
+    # provisioningDelaySeconds): a bounded legitimate wait, never a dependency verdict.
+    namespace = deployer_identity.namespace
+    cluster_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": support.SECRET},
+                         "type": "Opaque", "stringData": {"HF_TOKEN": support.new_canary()}}, namespace)
+    slow = f"e2e-slow-{namespace}"
+    cluster_kube.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": slow},
+                         "provisioner": "deploy-suite.local/hostpath", "volumeBindingMode": "Immediate",
+                         "parameters": {"provisioningDelaySeconds": "30"}})
+    try:
+        cache = tmp_path / "model-cache.yaml"
+        cache.write_text((support.SAMPLE_SUPPORT / "model-cache.yaml").read_text().replace(
+            '"your-storage-class-name"', f'"{slow}"'))
+        exp = support.write_experiment(tmp_path / "scratch", context=deployer_identity.context, namespace=namespace,
+                                       support={"model-cache": cache,
+                                                "model-download": support.SAMPLE_SUPPORT / "model-download.yaml"})
+        run = support.run_suite(exp.exp_root, 0, deployer_identity.kubeconfig, tmp_path / "reports")
+        data = run.ledger()
+        assert data["status"] == "ready" and run.returncode == 0, (data["blockers"], run.output[-3000:])
+        (step4,) = [s for s in data["steps"] if s["name"] == "step4_support_manifests"]
+        assert step4["duration_s"] >= 25, step4  # it waited for the volume (the claim was made before the wait)
+        assert data["failed_attempts"] == [] and data["blockers"] == []
+    finally:
+        cluster_kube.delete("StorageClass", slow)

@@ -129,6 +129,7 @@ class Scenario:
     support: Callable[[Target], dict[str, Path]] | None = None
     args: tuple[str, ...] = ()  # more options of the run (`pytest --iter=0 ...`)
     subject: str = f"{DGD_NAME}-"  # the name prefix of the objects whose words are the evidence
+    waited: tuple[str, float] | None = None  # a step that must have waited this long (a legitimate wait)
 
 
 @dataclass
@@ -206,7 +207,8 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
                           {"reconcile_errors": readiness.get("reconcile_errors") or [],
                            "generation_rule": readiness.get("generation_rule"), "diagnosis": diagnosis,
                            "contention": len(readiness.get("contention") or []),
-                           "blockers": [b["class"] for b in blockers], **notes})
+                           "blockers": [b["class"] for b in blockers],
+                           "step_s": {s["name"]: s.get("duration_s") for s in led.get("steps") or []}, **notes})
 
 
 def _noted(during: Callable[[Target, dict[str, Any]], None], target: Target, notes: dict[str, Any]) -> None:
@@ -615,5 +617,5 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("claim-slow-provisioner", Expected("ready", "step7_smoke", "ready", False),
              setup=_offline_class("verdict-slow-{ns}", provisioningDelaySeconds="30"),
              support=_cache_of_class("verdict-slow-{ns}"), evidence=("ready-status",), profiles=(DEFAULT_PROFILE,),
-             in_slice=False),
+             waited=("step4_support_manifests", 30.0), in_slice=False),
 )}
