@@ -242,6 +242,9 @@ def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None,
       which it makes before it records the event;
     * ``pod-status``: the last status write of a failing pod before the verdict (the kubelet's
       report of the second restart of a crash loop, which is what decides it);
+    * ``job-status``: the job controller's last status write of a support Job before the verdict
+      (the one that wrote its ``Failed`` condition; it batches its pods' updates for about 1 s, so
+      the failed pod's own status write comes about 1 s earlier);
     * ``status``: the operator's first status write of the DGD (beside the event reasons: the
       earliest of both, for a class the DGD's status shows on some profiles and events on others);
     * ``ready-status``: the operator's last status write of the DGD before the verdict (the one
@@ -266,8 +269,11 @@ def first_evidence(target: Target, scenario: Scenario, verdict_at: str | None,
                  if (e.get("objectRef") or {}).get("name") in (notes or {}).get("pods", ())
                  and cued and parse(str(e["requestReceivedTimestamp"])) >= parse(cued)]
         return min(after, key=parse) if after else None
-    if scenario.evidence == ("pod-status",):
-        before = [str(e["requestReceivedTimestamp"]) for e in pod_writes if verdict_at and
+    if scenario.evidence in {("pod-status",), ("job-status",)}:
+        writes = pod_writes if scenario.evidence == ("pod-status",) else [
+            e for e in audit if _done(e, "jobs", "status")
+            and str((e.get("objectRef") or {}).get("name", "")).startswith(prefix)]
+        before = [str(e["requestReceivedTimestamp"]) for e in writes if verdict_at and
                   parse(str(e["requestReceivedTimestamp"])) <= parse(verdict_at)]
         return max(before, key=parse) if before else None
     events, _ = target.kube.list_items("Event", target.namespace)
@@ -610,8 +616,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              support=_cache_of_class("verdict-rwo-{ns}"), evidence=("ProvisioningFailed",), subject=CACHE,
              profiles=(DEFAULT_PROFILE,)),
     Scenario("download-disk-full", Expected("blocked", "step4_support_manifests", "platform", False, "disk-full"),
-             setup=_download_fills_its_disk, support=_failing_download, evidence=("pod-status",),
-             subject="model-download-", profiles=(DEFAULT_PROFILE,),
+             setup=_download_fills_its_disk, support=_failing_download, evidence=("job-status",),
+             subject="model-download", profiles=(DEFAULT_PROFILE,),
              covered_by="test_failed_download_job_fails_step4_fast_names_its_cause_and_keeps_its_last_log_lines"),
     # A provisioner that takes 30 s: a bounded legitimate wait, then ready (no false verdict).
     Scenario("claim-slow-provisioner", Expected("ready", "step7_smoke", "ready", False),
