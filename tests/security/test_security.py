@@ -233,24 +233,24 @@ def test_the_harness_mutates_only_what_it_owns_and_only_after_validation(experim
 # to ready with exactly the shipped Role: test_least_privilege.py)
 
 
+def _run_with_cache_of_class(cluster_kube: Kube, identity: Identity, tmp_path: Path,
+                             storage_class: str) -> support.SuiteRun:
+    """Iteration 0 of the sample as ``identity``, its model cache under ``storage_class``."""
+    cluster_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": support.SECRET},
+                         "type": "Opaque", "stringData": {"HF_TOKEN": support.new_canary()}}, identity.namespace)
+    exp = support.write_experiment(tmp_path / "scratch", context=identity.context, namespace=identity.namespace,
+                                   support=support.cache_of_class(tmp_path, storage_class))
+    return support.run_suite(exp.exp_root, 0, identity.kubeconfig, tmp_path / "reports")
+
+
 def test_a_namespaced_identitys_claim_naming_a_missing_class_blocks_step4_at_once(
         offline_cluster: OfflineCluster, cluster_kube: Kube, deployer_identity: Identity, tmp_path: Path) -> None:
     # Issue 29: this identity may not read StorageClasses, so step 2 cannot refuse the class and step 4
     # does not await the claim; the download's pod meets the scheduler's "unbound immediate
     # PersistentVolumeClaims" (a class that does not exist binds Immediate) and the PV controller's
     # ProvisioningFailed names the class: blocked storage-class at once, never the claim's 10 min bound.
-    namespace = deployer_identity.namespace
-    cluster_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": support.SECRET},
-                         "type": "Opaque", "stringData": {"HF_TOKEN": support.new_canary()}}, namespace)
-    missing = f"e2e-no-such-class-{namespace}"
-    cache = tmp_path / "model-cache.yaml"
-    cache.write_text((support.SAMPLE_SUPPORT / "model-cache.yaml").read_text().replace(
-        '"your-storage-class-name"', f'"{missing}"'))
-    exp = support.write_experiment(tmp_path / "scratch", context=deployer_identity.context, namespace=namespace,
-                                   support={"model-cache": cache,
-                                            "model-download": support.SAMPLE_SUPPORT / "model-download.yaml"})
-    run = support.run_suite(exp.exp_root, 0, deployer_identity.kubeconfig, tmp_path / "reports")
-    data = run.ledger()
+    missing = f"e2e-no-such-class-{deployer_identity.namespace}"
+    data = _run_with_cache_of_class(cluster_kube, deployer_identity, tmp_path, missing).ledger()
     assert data["status"] == "blocked" and data["current_step"] == "step4_support_manifests", data["blockers"]
     (blocker,) = data["blockers"]
     assert blocker["class"] == "storage-class" and missing in blocker["fix"], blocker
@@ -265,21 +265,12 @@ def test_a_namespaced_identitys_claim_whose_provisioner_takes_30_s_ends_ready(
     # Issue 29: the claim is not awaited (StorageClasses unreadable); the download's pod meets "unbound
     # immediate PersistentVolumeClaims" while the volume is made (the offline provisioner's
     # provisioningDelaySeconds): a bounded legitimate wait, never a dependency verdict.
-    namespace = deployer_identity.namespace
-    cluster_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": support.SECRET},
-                         "type": "Opaque", "stringData": {"HF_TOKEN": support.new_canary()}}, namespace)
-    slow = f"e2e-slow-{namespace}"
+    slow = f"e2e-slow-{deployer_identity.namespace}"
     cluster_kube.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": slow},
                          "provisioner": "deploy-suite.local/hostpath", "volumeBindingMode": "Immediate",
                          "parameters": {"provisioningDelaySeconds": "30"}})
     try:
-        cache = tmp_path / "model-cache.yaml"
-        cache.write_text((support.SAMPLE_SUPPORT / "model-cache.yaml").read_text().replace(
-            '"your-storage-class-name"', f'"{slow}"'))
-        exp = support.write_experiment(tmp_path / "scratch", context=deployer_identity.context, namespace=namespace,
-                                       support={"model-cache": cache,
-                                                "model-download": support.SAMPLE_SUPPORT / "model-download.yaml"})
-        run = support.run_suite(exp.exp_root, 0, deployer_identity.kubeconfig, tmp_path / "reports")
+        run = _run_with_cache_of_class(cluster_kube, deployer_identity, tmp_path, slow)
         data = run.ledger()
         assert data["status"] == "ready" and run.returncode == 0, (data["blockers"], run.output[-3000:])
         (step4,) = [s for s in data["steps"] if s["name"] == "step4_support_manifests"]

@@ -12,7 +12,7 @@ pytester tests); the cluster fixtures themselves (``offline_cluster``, ``cluster
 ``targets``         the other roles: :func:`admin_namespace` (cluster admin),
                     :func:`write_experiment` (user-interviewer), :class:`Target` and
                     :func:`admin_target` (a test's namespace, experiments, runs and kwok faults),
-                    :func:`slow_stage`
+                    :func:`cache_of_class`, :func:`slow_stage`
 ``audit``           the apiserver's audit log: :func:`audit_events`, :func:`mutations`, user agents
 ``decoy``           :class:`Listener` (a port that counts connections), :func:`decoy_kubeconfig`
 ``processes``       the harness's ``kubectl port-forward`` processes, seen through ``/proc``
@@ -32,6 +32,7 @@ from tests.support.targets import (
     Target,
     admin_namespace,
     admin_target,
+    cache_of_class,
     slow_stage,
     write_experiment,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "admin_namespace",
     "admin_target",
     "audit_events",
+    "cache_of_class",
     "decoy_kubeconfig",
     "describe",
     "kill_and_reap",

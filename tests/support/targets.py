@@ -89,6 +89,15 @@ def write_experiment(dest: Path, *, context: str, namespace: str, dgd: Path | No
     return exp
 
 
+def cache_of_class(dest: Path, storage_class: str) -> dict[str, Path]:
+    """The sample's support (its model cache, ReadWriteMany, and its download Job) with the cache
+    under ``storage_class``, written under ``dest``: the ``support`` of :func:`write_experiment`."""
+    cache = dest / "model-cache.yaml"
+    cache.write_text((SAMPLE_SUPPORT / "model-cache.yaml").read_text(encoding="utf-8").replace(
+        '"your-storage-class-name"', f'"{storage_class}"'), encoding="utf-8")
+    return {"model-cache": cache, "model-download": SAMPLE_SUPPORT / "model-download.yaml"}
+
+
 def slow_stage(name: str, default: str, selector: Sequence[faults.Expression], delay_s: float) -> faults.Fault:
     """The cluster's default kwok stage ``default`` (pod-ready, pod-complete, pod-delete) for the
     selected pods only, taking ``delay_s`` seconds: the same transition, later, so that a wait is

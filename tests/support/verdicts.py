@@ -41,7 +41,7 @@ from deploy_suite_offline import faults
 from deploy_suite_offline.operator_sim.profiles import DEFAULT_PROFILE
 from deploy_suite_offline.pools import PROVISIONER
 from tests.support.runs import SuiteRun, outcomes, step
-from tests.support.targets import SAMPLE_SUPPORT, Target
+from tests.support.targets import SAMPLE_SUPPORT, Target, cache_of_class
 
 VERDICT_LOG_ENV = "DEPLOY_SUITE_VERDICT_LOG"
 READINESS_S = 180.0
@@ -503,10 +503,7 @@ def _claims_channel(dgd: dict[str, Any]) -> None:
 def _cache_of_class(storage_class: str) -> Callable[[Target], dict[str, Path]]:
     """The sample's model cache (ReadWriteMany) under ``storage_class`` and its download Job."""
     def support(target: Target) -> dict[str, Path]:
-        cache = target.tmp / "model-cache.yaml"
-        cache.write_text((SAMPLE_SUPPORT / "model-cache.yaml").read_text(encoding="utf-8").replace(
-            '"your-storage-class-name"', f'"{storage_class.format(ns=target.namespace)}"'), encoding="utf-8")
-        return {"model-cache": cache, "model-download": SAMPLE_SUPPORT / "model-download.yaml"}
+        return cache_of_class(target.tmp, storage_class.format(ns=target.namespace))
     return support
 
 
