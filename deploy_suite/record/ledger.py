@@ -348,9 +348,11 @@ class Ledger:
             {"command": record.command, "kind": record.kind, "at": record.at, "outcome": record.outcome}
         )
 
-    def add_patch(self, file: str, change: str, reason: str) -> None:
-        """``file`` is EXP_ROOT-relative (the run-scoped copy that was changed in place)."""
-        self.data["patches"].append({"file": file, "change": change, "reason": reason, "at": clock.iso_now()})
+    def add_patch(self, file: str, change: str, reason: str, **where: Any) -> None:
+        """``file`` is EXP_ROOT-relative (the run-scoped copy that was changed in place); ``where``:
+        optionally ``document`` (0-based), ``pointer`` (RFC 6901 inside it), ``before``, ``after``."""
+        self.data["patches"].append({"file": file, "change": change, "reason": reason, "at": clock.iso_now(),
+                                     **where})
 
     def add_blocker(self, step: str, category: BlockerClass, message: str, fix: str) -> None:
         """Idempotent: a result that records its blockers and the plugin that records the blocker
