@@ -124,7 +124,17 @@ def test_bad_input_is_refused_with_one_clear_line_and_no_cluster_request(
     assert result.events == [], [support.describe(e) for e in result.events]
     artifacts = run.exp_root / "artifacts"
     made = {p.name for p in artifacts.iterdir()} if artifacts.is_dir() else set()
-    assert made <= ({"deploy-iter-000"} if case.spec.get("stage") else set()), made
+    if case.spec.get("ledger") == "blocked":
+        # A DGD refused for its own reasons after its hashes verified: its directory holds a blocked
+        # ledger listing the incompatibilities, and no copy (docs/procedure.md, "A candidate refused
+        # for its own reasons").
+        assert made == {"deploy-iter-000"}, made
+        led = support.read_ledger(artifacts / "deploy-iter-000" / "deployment_ledger.json")
+        assert led["status"] == "blocked" and led["blockers"], led["blockers"]
+        assert message.endswith(f"{led['blockers'][-1]['message']}; fix: {led['blockers'][-1]['fix']}"), message
+        assert not any((artifacts / "deploy-iter-000" / "applied_manifests").iterdir())
+    else:
+        assert made <= ({"deploy-iter-000"} if case.spec.get("stage") else set()), made
     if case.spec.get("stage"):
         assert not (artifacts / "deploy-iter-000" / "applied_manifests").exists()
     assert not PWNED.exists(), "a YAML tag executed code"
