@@ -42,10 +42,12 @@ WORKER_ARGS = "python3 -m dynamo.vllm --model Qwen/Qwen3-0.6B --served-model-nam
 
 @pytest.fixture
 def target(offline_cluster: OfflineCluster, tmp_path: Path) -> Iterator[support.Target]:
-    with support.admin_target(offline_cluster, tmp_path, "e2e-lenient", support.Target) as target:
+    """A fresh admin-made namespace; afterwards every ledger the test produced must be schema-valid."""
+    made = support.admin_target(offline_cluster, tmp_path, "e2e-lenient", support.Target)
+    with made as target:
         yield target
-        for path in tmp_path.rglob(ledger.LEDGER_NAME):  # every ledger the test produced is schema-valid
-            support.read_ledger(path)
+    for path in tmp_path.rglob(ledger.LEDGER_NAME):  # read_ledger validates against the schema
+        assert support.read_ledger(path)["deploy_id"].startswith("deploy-iter-"), path
 
 
 def _edit_yaml(path: Path, edit: Any) -> None:
