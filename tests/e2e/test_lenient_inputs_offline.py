@@ -133,6 +133,7 @@ def test_an_exported_dgd_and_a_support_manifest_from_the_recipe_checkout_end_rea
         doc["status"] = {"state": "successful", "conditions": [{"type": "Ready", "status": "True"}]}
 
     _edit_yaml(dgd_path, exported)
+    _edit_yaml(root / "user_workload.yaml", lambda data: data["resources"].update({"pinned": None}))  # unknown
     checkout = tmp_path / "dynamo" / "recipes" / "qwen3-0.6b" / "vllm" / "agg"
     checkout.mkdir(parents=True)
     cache = checkout / "model-cache.yaml"
@@ -147,6 +148,7 @@ def test_an_exported_dgd_and_a_support_manifest_from_the_recipe_checkout_end_rea
     led = run.ledger()
     assert led["status"] == "ready", (outcomes(led), led["blockers"])
     assert {p: sha256_file(p) for p in sources} == sources  # the handed-off files are never modified
+    assert led["preflight"]["pinned"] == {} and led["preflight"]["pinned_ok"] is True  # pinned: null compares nothing
 
     entry = next(m for m in led["applied_manifests"] if m["type"] == "model-cache")
     assert entry["source_path"] == str(cache.resolve()) and entry["source_sha256"] == sources[cache]
