@@ -9,13 +9,14 @@ PROVIDER ?= kwok
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(VENV)/.installed: pyproject.toml
+# Two distributions, both editable: the harness (pyproject.toml) and the offline clusters (offline/).
+$(VENV)/.installed: pyproject.toml offline/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e '.[dev]' -e './offline[dev]'
 	touch $@
 
-venv: $(VENV)/.installed  ## create the virtual environment with every Python dependency
+venv: $(VENV)/.installed  ## create the virtual environment: the harness and the offline clusters, every Python dependency
 
 binaries: venv  ## build (first time, many minutes) or reuse the offline cluster's binaries
 	$(VENV)/bin/deploy-suite binaries
@@ -27,7 +28,7 @@ docker:  ## Docker and debootstrap for the kind provider (Debian's packages; a r
 	scripts/install-docker
 
 kind-images: venv binaries docker  ## build (first time, minutes) or reuse kind, the node binaries, the kind node image and the Dynamo image
-	$(PY) -m deploy_suite.offline.kind.prepare
+	$(PY) -m deploy_suite_offline.kind.prepare
 
 # The kind tests run beside the others, as a second session (scripts/run-tests).
 test: venv binaries chromium lint docker  ## lint, then the project's tests (unit, browser, integration, end-to-end, kind; a representative slice of each matrix)
@@ -43,7 +44,7 @@ test-kind: venv binaries docker kind-images  ## only the kind tests (one kind cl
 	DEPLOY_SUITE_REQUIRE_KIND=1 $(VENV)/bin/pytest tests/kind -m kind -q $(PYTEST_ARGS)
 
 # What CONTRIBUTING.md's Rules promise about size and repetition, checked here rather than in review.
-LINT_ROOTS := deploy_suite plugins fixtures
+LINT_ROOTS := deploy_suite plugins fixtures offline/deploy_suite_offline
 
 lint: venv  ## ruff, mypy, the layering contracts of .importlinter (lint-imports), the module size cap and no duplicated block
 	$(VENV)/bin/ruff check .
@@ -54,7 +55,7 @@ lint: venv  ## ruff, mypy, the layering contracts of .importlinter (lint-imports
 
 demo: venv binaries  ## bring up the offline cluster and run the sample experiment (PROVIDER=kind: on kind, cluster DEMO_CLUSTER or demo)
 	@if [ "$(PROVIDER)" = kind ]; then $(MAKE) --no-print-directory docker kind-images; fi
-	$(PY) -m deploy_suite.fixtures.demo --provider $(PROVIDER) $(if $(DEMO_CLUSTER),--name $(DEMO_CLUSTER))
+	$(PY) -m deploy_suite_offline.fixtures.demo --provider $(PROVIDER) $(if $(DEMO_CLUSTER),--name $(DEMO_CLUSTER))
 
 bench: venv binaries  ## benchmarks; figures go to docs/performance.md
 	$(PY) bench/bench_cluster_up.py

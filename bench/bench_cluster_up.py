@@ -15,8 +15,8 @@ import os
 import statistics
 import time
 
-from deploy_suite.offline.binaries import ensure_binaries
-from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite_offline.binaries import ensure_binaries
+from deploy_suite_offline.cluster import OfflineCluster
 
 
 def main() -> None:

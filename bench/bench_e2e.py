@@ -8,8 +8,8 @@ namespace ``dynamo-bench`` and ``hf-token-secret`` as on a real cluster) it runs
 
 A  the harness: a fresh ``make_experiment`` copy aimed at the cluster, then
    ``python -m pytest --iter=0 --handoff=... --kubeconfig=...`` from the checkout root, exactly as
-   ``fixtures/demo.py`` runs it; then, outside the timed run, ``--iter=1`` of the staged candidate,
-   which retires iteration 0 (the retire wait is measured there);
+   ``offline/deploy_suite_offline/fixtures/demo.py`` runs it; then, outside the timed run,
+   ``--iter=1`` of the staged candidate, which retires iteration 0 (the retire wait is measured there);
 B  ``bench/reference_procedure.sh`` (the procedure's kubectl/curl/jq sequence with its 30 s / 10 s /
    2 s sleeps) on the same manifests (a fresh copy, the storage-class placeholder resolved the
    way step 2 patches it).
@@ -69,8 +69,8 @@ from deploy_suite.access.kube import DGD, Kube, Obj  # noqa: E402
 from deploy_suite.access.watch import Watch  # noqa: E402
 from deploy_suite.errors import Conflict  # noqa: E402
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment, refresh, stage_candidate  # noqa: E402
-from deploy_suite.offline.binaries import ensure_binaries  # noqa: E402
-from deploy_suite.offline.cluster import OfflineCluster  # noqa: E402
+from deploy_suite_offline.binaries import ensure_binaries  # noqa: E402
+from deploy_suite_offline.cluster import OfflineCluster  # noqa: E402
 
 NAMESPACE = "dynamo-bench"
 HARNESS_UA = "deploy-suite"

@@ -20,8 +20,8 @@ import time
 
 import psutil
 
-from deploy_suite.offline.kind import docker, nodeimage, tools
-from deploy_suite.offline.kind.provider import CLUSTER_LABEL, KindProvider
+from deploy_suite_offline.kind import docker, nodeimage, tools
+from deploy_suite_offline.kind.provider import CLUSTER_LABEL, KindProvider
 
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 

@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_kind import host_rss_bytes, node_memory_bytes
 from deploy_suite.access.kube import Kube
-from deploy_suite.fixtures.cluster import admin_prerequisites
-from deploy_suite.offline.cluster import OfflineCluster
-from deploy_suite.offline.kind.provider import KindProvider
+from deploy_suite_offline.cluster import OfflineCluster
+from deploy_suite_offline.fixtures.cluster import admin_prerequisites
+from deploy_suite_offline.kind.provider import KindProvider
 from tests.support.runs import run_suite
 from tests.support.targets import write_experiment
 

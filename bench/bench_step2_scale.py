@@ -34,8 +34,8 @@ import yaml
 
 from deploy_suite.access.kube import Kube
 from deploy_suite.access.watch import Watch
-from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.procedure.validate import ValidationInputs, validate
+from deploy_suite_offline.cluster import OfflineCluster
 
 NAMESPACE = "bench-step2"
 LOAD_NAMESPACES = [f"bench-load-{i}" for i in range(5)]

@@ -1,66 +1,49 @@
 """The ``deploy-suite`` console script.
 
-``deploy-suite cluster up | down | status`` manages the offline fake-GPU cluster (the same code
-the session fixture uses; ``--provider kind`` for real kubelets in Docker); ``deploy-suite binaries``
-builds or reuses the control-plane binaries;
 ``deploy-suite report LEDGER`` re-renders an HTML report from a ledger, ``deploy-suite report EXP_ROOT``
 writes the experiment's page (every iteration on one page); ``deploy-suite triage EVENTS`` triages
 events as step 6 does (docs/triage.md); ``deploy-suite status EXP_ROOT [--json]`` says where an
-experiment stands and what to do next (docs/status.md). Errors are one line on
+experiment stands and what to do next (docs/status.md); ``deploy-suite rbac --namespace NS`` prints
+the least-privilege Role (and with ``--cluster-reads`` the optional read-only ClusterRole) an admin
+applies (docs/security.md). Other distributions add subcommands
+through the entry-point group ``deploy_suite.commands``: the offline clusters' (``offline/``)
+add ``cluster up | down | status`` and ``binaries`` (docs/offline-cluster.md); without them
+installed, asking for either says in one line how to install them. Errors are one line on
 stderr and a non-zero exit.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
-from deploy_suite.errors import InputError, KubeError
-from deploy_suite.offline.errors import ClusterError
+from deploy_suite.errors import InputError, KubeError, SuiteError
+
+# Each entry point is named after its subcommand and loads ``add(subparsers)``, which adds that
+# subcommand's parser with a ``run(args) -> exit status`` default (offline/deploy_suite_offline/cli.py).
+COMMANDS = "deploy_suite.commands"
+# The subcommands of the offline clusters' distribution, and how to get them when they are missing.
+OFFLINE_COMMANDS = ("cluster", "binaries")
+OFFLINE_INSTALL = ("the offline clusters are not installed; fix: pip install -e ./offline from the repository's "
+                   "checkout (`make venv` installs both)")
 
 
 def _err(message: str) -> None:
     print(f"deploy-suite: error: {message}", file=sys.stderr, flush=True)
 
 
-def _log(message: str) -> None:
-    print(message, flush=True)
+def commands() -> dict[str, EntryPoint]:
+    """The subcommands other installed distributions register, by name."""
+    return {ep.name: ep for ep in sorted(entry_points(group=COMMANDS), key=lambda ep: ep.name)}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="deploy-suite", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    cluster = sub.add_parser("cluster", help="manage the offline fake-GPU cluster")
-    cluster.add_argument("action", choices=["up", "down", "status"])
-    cluster.add_argument("--name", default="dev",
-                         help="cluster name; its context is offline-<name> (kind: kind-<name>; default: dev)")
-    cluster.add_argument("--pools", default="default",
-                         help="node pool layout: a bundled name (default, gpu-taint, multinode, scale-500) "
-                              "or a path to a pools YAML file")
-    cluster.add_argument("--kubeconfig", type=Path, default=None,
-                         help="file the cluster's kubeconfig is written to "
-                              "(default: ~/.cache/deploy-suite/kubeconfigs/offline-<name>.yaml)")
-    cluster.add_argument("--apiserver-port", type=int, default=0, help="kube-apiserver port on 127.0.0.1 "
-                                                                       "(default: a free one)")
-    cluster.add_argument("--operator", default=None, metavar="PROFILE",
-                         help="operator replica profile for `up`: 0.9, 1.x or latest (default: latest, or what "
-                              "the running cluster of this name already uses)")
-    cluster.add_argument("--with", dest="orchestrators", action="append", default=None, metavar="API",
-                         help="for `up`: install a multinode orchestrator's API, lws or grove (repeatable)")
-    cluster.add_argument("--conversion-webhook", action="store_true", default=None,
-                         help="for `up` with --operator latest: convert DGDs between v1alpha1 and v1beta1 through "
-                              "a TLS conversion webhook")
-    cluster.add_argument("--provider", choices=["kwok", "kind"], default=None,
-                         help="for `up`: kwok (default: kwok as every kubelet, no Docker) or kind (real kubelets in "
-                              "Docker containers, context kind-<name>); status and down find it in the "
-                              "cluster's marker")
-    cluster.add_argument("--node-image", default=None, metavar="IMAGE",
-                         help="with --provider kind: a stock node image (kindest/node:...) instead of the one "
-                              "built here")
-    cluster.add_argument("--json", action="store_true", help="print the cluster's description as JSON")
-    sub.add_parser("binaries", help="build (or reuse) the offline cluster's binaries and print their directory")
+    for command in commands().values():  # the installed distributions' subcommands (cluster, binaries)
+        command.load()(sub)
     report = sub.add_parser("report", help="render an HTML report from a deployment_ledger.json, or the "
                                                  "experiment page from an experiment root directory",
                             description="deploy-suite report LEDGER [-o OUT]: the page of one deployment_ledger.json "
@@ -73,6 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="each iteration's outcome, the budgets and the next action of an "
                                            "experiment root (docs/status.md)", add_help=False)
     status.add_argument("args", nargs=argparse.REMAINDER)
+    rbac = sub.add_parser("rbac", help="print the least-privilege RBAC an admin applies (docs/security.md)",
+                          description="deploy-suite rbac --namespace NS [--service-account NAME | --user NAME] "
+                                      "[--cluster-reads] | kubectl apply -f -")
+    rbac.add_argument("--namespace", required=True, help="the workload's kubernetes.namespace")
+    who = rbac.add_mutually_exclusive_group()
+    who.add_argument("--service-account", default="deploy-suite",
+                     help="the ServiceAccount the harness runs as, created too (default: deploy-suite)")
+    who.add_argument("--user", default=None, help="bind a user the cluster authenticates instead")
+    rbac.add_argument("--cluster-reads", action="store_true",
+                      help="also the optional read-only ClusterRole (nodes, storage classes, the DGD CRD, ...)")
     return parser
 
 
@@ -86,12 +79,16 @@ def main(argv: list[str] | None = None) -> int:
         from deploy_suite import status  # noqa: PLC0415
 
         return status.main(argv[1:])
+    if argv[:1] and argv[0] in OFFLINE_COMMANDS and argv[0] not in commands():
+        _err(f"`deploy-suite {argv[0]}`: {OFFLINE_INSTALL}")
+        return 2
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "binaries":
-            from deploy_suite.offline.binaries import ensure_binaries  # noqa: PLC0415 (lazy: fast CLI start)
+        if args.command == "rbac":
+            from deploy_suite import rbac  # noqa: PLC0415
 
-            print(ensure_binaries(_log).directory)
+            print(rbac.render(args.namespace, args.user or args.service_account, user=args.user is not None,
+                              cluster=args.cluster_reads), end="")
             return 0
         if args.command == "report":
             # A directory is an experiment root (one page for every iteration); a file is one ledger.
@@ -102,34 +99,12 @@ def main(argv: list[str] | None = None) -> int:
             from deploy_suite.reports import iteration as report  # noqa: PLC0415
 
             return int(report.main(args.args))
-        from deploy_suite.offline.cluster import OfflineCluster  # noqa: PLC0415
-        from deploy_suite.offline.kind import provider  # noqa: PLC0415
-
-        if args.provider == "kind" or (args.provider is None and provider.exists(args.name)):
-            cluster: OfflineCluster | provider.KindProvider = provider.KindProvider(
-                args.name, args.pools, args.kubeconfig, log=_log, operator=args.operator,
-                orchestrators=args.orchestrators, node_image=args.node_image)
-        else:
-            cluster = OfflineCluster(args.name, args.pools, args.kubeconfig, args.apiserver_port, log=_log,
-                                     operator=args.operator, orchestrators=args.orchestrators,
-                                     conversion_webhook=args.conversion_webhook)
-        if args.action == "up":
-            info = cluster.up()
-        elif args.action == "down":
-            info = cluster.down()
-        else:
-            info = cluster.status()
-            if not args.json:
-                print(f"cluster {info.name}: {info.state}" + (
-                    f" ({len(info.nodes)} nodes Ready, context {info.context}, kubeconfig {info.kubeconfig})"
-                    if info.state == "up" else ""))
-            if args.json:
-                print(json.dumps(info.as_dict(), indent=2))
-            return 0 if info.state == "up" else 3
-        if args.json:
-            print(json.dumps(info.as_dict(), indent=2))
-        return 0
-    except (ClusterError, InputError, KubeError) as exc:
+        try:
+            return int(args.run(args))
+        except SuiteError as exc:  # a registered subcommand's errors (ClusterError included) are the one tree's
+            _err(str(exc))
+            return 2
+    except (InputError, KubeError) as exc:
         _err(str(exc))
         return 2
     except KeyboardInterrupt:

@@ -19,7 +19,7 @@ that callers and the ledger deal with a handful of meaningful types::
     +-- SearchBudgetExhausted       the exact capacity search gave up (internal to capacity)
 
 The offline cluster's own errors (``ClusterError``, ``ReconcileError``) derive from ``SuiteError``
-in ``deploy_suite.offline.errors``: the core never raises or catches them.
+in ``deploy_suite_offline.errors``: the core never raises or catches them.
 
 ``temporary`` is the one property the wait loop obeys, so that whether to retry is decided where
 the error is understood, not by each caller: a temporary error is retried with backoff within

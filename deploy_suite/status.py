@@ -26,8 +26,12 @@ from deploy_suite.reports import experiment as experiment_page
 SCHEMA_VERSION = 1
 EXIT_READY, EXIT_ACTION, EXIT_BAD_INPUT = 0, 1, 2
 # The next action's vocabulary (docs/status.md): one per outcome of the skill file.
-HAND_OFF, STOP_FIX, HAND_BACK, STOP_BUDGET, RERUN, RUN_FIRST = (
-    "hand-off-endpoint", "stop-report-fix", "hand-back-to-challenger", "stop-budget-spent", "rerun", "run-iteration-0")
+HAND_OFF, STOP_FIX, HAND_BACK, STOP_BUDGET, RERUN, RUN_FIRST, PATCH_RERUN = (
+    "hand-off-endpoint", "stop-report-fix", "hand-back-to-challenger", "stop-budget-spent", "rerun", "run-iteration-0",
+    "patch-and-rerun")
+# A failed attempt the scheduler's own words explain (an untolerated taint, a selector or affinity no
+# node matches): the procedure's remedy is a run-scoped fix and a redeploy in the same iteration.
+_SCHEDULER_WORDS = ("FailedScheduling", "Unschedulable")
 _FIX = "pass an experiment root runs/<EXP_ID> (the directory holding artifacts/deploy-iter-NNN/)"
 
 
@@ -67,6 +71,14 @@ def _diagnosis(data: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _scheduling(data: Mapping[str, Any]) -> bool:
+    """Whether the last failed attempt is one the scheduler's words explain (docs/procedure.md, step 6)."""
+    attempts = [a for a in data.get("failed_attempts") or [] if isinstance(a, Mapping)]
+    if not attempts or attempts[-1].get("category") != "failed-deploy":
+        return False
+    return any(word in str(attempts[-1].get("evidence")) for word in _SCHEDULER_WORDS)
+
+
 def iteration_status(root: Path, it: experiment_page.Iteration, as_of: str | None) -> dict[str, Any]:
     data = it.data
     blockers = [{"step": b.get("step"), "class": b.get("class"), "message": b.get("message"), "fix": b.get("fix")}
@@ -79,6 +91,7 @@ def iteration_status(root: Path, it: experiment_page.Iteration, as_of: str | Non
         "failed_attempts": len([a for a in data.get("failed_attempts") or [] if isinstance(a, Mapping)]),
         "failed_deploys": experiment.failed_deploys_in(data),
         "diagnosis": _diagnosis(data) if data.get("status") == "failed" else None,
+        "scheduling_failure": data.get("status") == "failed" and _scheduling(data),
         "dgd": data.get("dgd_name"), "endpoint": _endpoint(data), "smoke": _smoke(data),
         "gpus_requested": data.get("gpus_requested") or 0,
         "gpu_hours": resume.gpu_hours(data, now=as_of), "torn_down_at": data.get("torn_down_at"),
@@ -110,13 +123,29 @@ def next_action(last: Mapping[str, Any] | None, budget_blockers: list[str]) -> d
                 "message": f"stop, do not redeploy; report the {first['class']} blocker ({first['step']}): "
                            f"{first['message']}; fix: {first['fix']}"}
     if status == "failed":
-        return {"deploy_id": deploy_id, "action": HAND_BACK,
-                "message": "hand back to hypothesis-challenger with the diagnosis: "
-                           f"{last['diagnosis'] or 'see the ledger'} ({last['failed_attempts']} failed attempt(s), "
-                           f"ledger {last['ledger']})"}
+        return _after_failure(last)
     return {"deploy_id": deploy_id, "action": RERUN,
             "message": f"the run stopped before its end (next step {last['current_step']}): rerun the same "
                        f"command; it resumes in {last['deploy_root']}"}
+
+
+def _after_failure(last: Mapping[str, Any]) -> dict[str, Any]:
+    """A failed attempt: repaired in the same iteration when the scheduler's words explain it, else
+    handed back (N > 0) or reported (the baseline, iteration 0)."""
+    deploy_id, said = last["deploy_id"], last["diagnosis"] or "see the ledger"
+    if last.get("scheduling_failure"):
+        return {"deploy_id": deploy_id, "action": PATCH_RERUN,
+                "message": "a scheduling mismatch, not the candidate's performance: hand over a Kubernetes-only fix "
+                           "(--compat-patch FILE: the recipe's scheduling mechanism with values retargeted to the "
+                           f"contract's hardware, never a node name) and rerun the same iteration; diagnosis: {said} "
+                           f"(ledger {last['ledger']})"}
+    if last["iteration"] == 0:
+        return {"deploy_id": deploy_id, "action": STOP_FIX,
+                "message": "the baseline itself fails (iteration 0 has no challenger to hand back to): report the "
+                           f"diagnosis to the user: {said} (ledger {last['ledger']})"}
+    return {"deploy_id": deploy_id, "action": HAND_BACK,
+            "message": f"hand back to hypothesis-challenger with the diagnosis: {said} "
+                       f"({last['failed_attempts']} failed attempt(s), ledger {last['ledger']})"}
 
 
 def status(exp_root: Path) -> dict[str, Any]:

@@ -3,12 +3,13 @@
 Reads what ``kubectl get events -o json`` prints (a file, or ``-`` for stdin) and, optionally, what
 ``kubectl get pods -o json`` prints (``--pods``, or its alias ``--objects``, repeatable: any kinds,
 pods, DCDs, ReplicaSets, PodGroups, Grove's PodCliqueSets/PodCliques/PodCliqueScalingGroups/PodGangs,
-LeaderWorkerSets, Kueue Workloads) and ``kubectl get nodes -o json``, and prints one line per object
-with a verdict: the object,
-the action, the category and the evidence. The verdicts are :func:`triage_objects.triage_all`'s,
-the same classifier step 6 uses. Exit codes (docs/triage.md): 0 nothing needs action (every
-verdict is ``wait``, or none), 1 some verdict needs action (``failed-attempt``, ``fix-dependency``
-or ``unknown``), 2 bad input or usage.
+LeaderWorkerSets, Kueue Workloads, PersistentVolumeClaims, Jobs, Nodes), ``kubectl get nodes -o json``
+and saved container logs (``--logs``: a crash loop's, a failed Job's pods'), and prints one line per
+object with a verdict: the object, the action, the category and the evidence; ``--json`` adds the
+troubleshooting shape (docs/triage.md, schema docs/triage.schema.json). The verdicts are
+:func:`triage_objects.triage_all`'s, the same classifier steps 4 and 6 use. Exit codes
+(docs/triage.md): 0 nothing needs action (every verdict is ``wait``, or none), 1 some verdict needs
+action (``failed-attempt``, ``fix-dependency`` or ``unknown``), 2 bad input or usage.
 """
 
 from __future__ import annotations
@@ -122,14 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="deploy-suite triage", description=__doc__.splitlines()[0].split(": ", 1)[1])
     parser.add_argument("events", help="kubectl get events -o json output: a file, or - for stdin")
     parser.add_argument("--pods", "--objects", metavar="FILE", action="append", default=[],
-                        help="kubectl get -o json output of pods and any other kinds (dcd, rs, podgroups, workloads, "
-                             "podcliquesets, podcliques, podcliquescalinggroups, podgangs, leaderworkersets); "
-                             "repeatable; - for stdin")
+                        help="kubectl get -o json output of pods and any other kinds (pvc, jobs, dcd, rs, podgroups, "
+                             "workloads, podcliquesets, podcliques, podcliquescalinggroups, podgangs, "
+                             "leaderworkersets, nodes); repeatable; - for stdin")
     parser.add_argument("--nodes", metavar="FILE", help="kubectl get nodes -o json output: oversized requests, "
-                                                        "taint names, a missing GPU device plugin")
+                                                        "taint names, a missing GPU device plugin, node conditions")
     parser.add_argument("--logs", metavar="FILE", action="append", default=[],
-                        help="a container's saved log (repeatable): <pod>.log or <pod>_<container>.log")
-    parser.add_argument("--json", action="store_true", help="print a JSON list of findings (docs/triage.md)")
+                        help="a container's saved log (repeatable): <pod>.log or <pod>_<container>.log; a failed "
+                             "Job's pod (<job>-...) names the Job's cause")
+    parser.add_argument("--json", action="store_true", help="print a JSON list of findings with the troubleshooting "
+                                                            "shape (docs/triage.md, docs/triage.schema.json)")
     parser.add_argument("--recheck", type=float, default=30.0, metavar="S",
                         help="next-check interval a wait verdict names (default 30)")
     args = parser.parse_args(argv)

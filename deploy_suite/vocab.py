@@ -134,3 +134,4 @@ class TeardownAction(StrEnum):
     DELETED = "deleted"
     KEPT = "kept"
     DELETE_FAILED = "delete-failed"
+    DELETING = "deleting"  # saved before the delete: a run stopped during the teardown leaves this

@@ -31,8 +31,9 @@ pytest_plugins = [
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    """pytest-kind, a dependency of the project's own kind tests, registers a ``--kubeconfig`` of its
-    own that collides with the suite's. Only its ``KindCluster`` class is used (``fixtures/kind.py``),
-    so where it is installed its plugin is kept out, from any directory, not only the checkout."""
+    """pytest-kind, a dependency of the offline clusters (offline/pyproject.toml), registers a
+    ``--kubeconfig`` of its own that collides with the suite's. Only its ``KindCluster`` class is used
+    (``deploy_suite_offline.fixtures.kind``), so where it is installed its plugin is kept out, from any
+    directory, not only the checkout."""
     if pluginmanager.get_plugin("pytest-kind") is None:
         pluginmanager.set_blocked("pytest-kind")

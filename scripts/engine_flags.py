@@ -1,6 +1,6 @@
 """Print the option strings an engine's own ``add_cli_args`` registers, as JSON ``{flag: nargs}``.
 
-How ``deploy_suite/offline/kind/dynamo_files/engine_flags.json`` was read (docs/offline-cluster.md,
+How ``offline/deploy_suite_offline/kind/dynamo_files/engine_flags.json`` was read (docs/offline-cluster.md,
 "Engines in the Dynamo image"). Run it with the Python of a scratch virtual environment that holds
 the engine's wheel installed ``--no-deps`` plus its pure-Python dependencies (vLLM 0.31.0: packaging,
 numpy, pyyaml, regex, psutil, requests, cachetools, cloudpickle, pydantic, msgspec, openai, fastapi,

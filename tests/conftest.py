@@ -6,5 +6,5 @@ The cluster fixtures (``offline_clusters``, ``offline_cluster``, ``cluster_kube`
 as a user does share lives in ``tests/support/``.
 """
 
-pytest_plugins = ["pytester", "deploy_suite.fixtures.cluster", "deploy_suite.fixtures.identities",
-                  "deploy_suite.fixtures.kind"]
+pytest_plugins = ["pytester", "deploy_suite_offline.fixtures.cluster", "deploy_suite_offline.fixtures.identities",
+                  "deploy_suite_offline.fixtures.kind"]

@@ -18,8 +18,8 @@ from typing import NoReturn
 from deploy_suite.clock import parse_iso
 from deploy_suite.constants import Obj
 from deploy_suite.errors import StepBlocked, StepFailure
+from deploy_suite.judges import claims, operator_status, triage
 from deploy_suite.judges import objects as triage_objects
-from deploy_suite.judges import operator_status, triage
 from deploy_suite.judges.membership import pod_ready as pod_ready  # re-exported: the pod fact the waits read
 from deploy_suite.judges.membership import ready_by_component
 from deploy_suite.model.scheduling import pod_gpu_total
@@ -70,6 +70,23 @@ def blocked_by_platform(verdict: triage.Verdict) -> None:
     if verdict.category == TriageCategory.PLATFORM:
         raise StepBlocked(BlockerClass.PLATFORM, f"{verdict.diagnosis}; evidence: {' | '.join(verdict.evidence)}",
                           "fix the cluster's platform component named here, then rerun")
+
+
+# ---------------------------------------------------------------------------- claims
+def claim_stop(verdict: triage.Verdict, events: Iterable[Obj]) -> NoReturn:
+    """A claim that can never bind as written stops the step at once, blocked with the class of what
+    must change (docs/procedure.md, step 4): a StorageClass that does not exist is ``storage-class``,
+    a platform fault ``platform``, anything else of the claim's (an access mode its provisioner
+    refuses, a volume that does not fit, no class at all) ``pvc``. Never a failed attempt: the
+    candidate was not applied."""
+    blocked_by_platform(verdict)
+    said = f"{verdict.diagnosis}; evidence: {' | '.join(verdict.evidence)}"
+    missing = claims.missing_class(events)
+    if missing is not None:
+        raise StepBlocked(BlockerClass.STORAGE_CLASS, said, f"create StorageClass {missing!r} or name one the cluster "
+                          "has in the claim (kubectl get storageclass; the handoff's storage_class), then rerun")
+    raise StepBlocked(BlockerClass.PVC, said, "fix the claim in the support manifest (an access mode its class's "
+                      "provisioner supports, a volume that fits it, a StorageClass), then rerun")
 
 
 # ---------------------------------------------------------------------------- Jobs

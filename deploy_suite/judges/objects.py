@@ -11,10 +11,11 @@ by the same words and rules as step 6's pods (:mod:`deploy_suite.judges.triage`)
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from deploy_suite.judges import operator_status, signatures, statuses, triage, words
+from deploy_suite.judges import claims, jobs, operator_status, shape, signatures, statuses, triage, words
+from deploy_suite.judges import nodes as node_judge
 from deploy_suite.judges.triage import Obj, Verdict
 from deploy_suite.vocab import TriageCategory
 
@@ -32,6 +33,7 @@ class Finding:
     name: str
     namespace: str
     verdict: Verdict
+    checked: list[str] = field(default_factory=list)  # what was read to judge it (docs/triage.md)
 
     @property
     def object(self) -> str:
@@ -42,7 +44,8 @@ class Finding:
         v = self.verdict
         return {"object": self.object, "namespace": self.namespace, "action": v.action, "category": v.category,
                 "diagnosis": v.diagnosis, "evidence": list(v.evidence), "can_wait": v.can_wait,
-                "next_check_s": v.next_check_s}
+                "next_check_s": v.next_check_s, **shape.troubleshooting(self.kind, self.name, self.namespace, v,
+                                                                         self.checked)}
 
 
 def normalized(event: Obj) -> dict[str, Any]:
@@ -254,14 +257,64 @@ def triage_all(events: Iterable[Obj], objects: Iterable[Obj] = (), nodes: Sequen
         if not any(k[0] == "Pod" and k[2] == pod_name for k in order):
             order.append(("Pod", "", pod_name))
     node_list = nodes if nodes is not None else (listed_nodes or None)
+    seen = Seen(found, told, logs or {}, node_list)
     out = []
     for key in dict.fromkeys(order):
-        kind, namespace, name = key
-        if kind == "Pod":
-            verdict = triage_pod(found.get(key), name, told.get(key, []), node_list, recheck_s=recheck_s,
-                                 logs=(logs or {}).get(name))
-        else:
-            verdict = triage_object(kind, name, found.get(key), told.get(key, []), recheck_s)
+        verdict = seen.verdict(key, recheck_s)
         if verdict is not None:
-            out.append(Finding(kind, name, namespace, verdict))
+            out.append(Finding(key[0], key[2], key[1], verdict, seen.checked(key)))
+    for node in node_list or []:
+        verdict = node_judge.triage_node(node)
+        if verdict is not None:
+            out.append(Finding("Node", str((node.get("metadata") or {}).get("name")), "", verdict,
+                               ["its conditions"]))
     return out
+
+
+@dataclass
+class Seen:
+    """What ``triage_all`` was handed, by object: each object's verdict reads what it needs of the
+    others (a Job its pods and their logs, a pod its claims, a Multi-Attach its volume's holders)."""
+
+    found: dict[Key, Obj]
+    told: dict[Key, list[Obj]]
+    logs: Mapping[str, Logs]
+    nodes: Sequence[Obj] | None
+
+    def _of_kind(self, kind: str) -> list[Obj]:
+        return [o for k, o in self.found.items() if k[0] == kind]
+
+    def verdict(self, key: Key, recheck_s: float) -> Verdict | None:
+        kind, namespace, name = key
+        obj, events = self.found.get(key), self.told.get(key, [])
+        if kind == "Pod":
+            verdict = triage_pod(obj, name, events, self.nodes, recheck_s=recheck_s, logs=self.logs.get(name))
+            if verdict is not None and obj is not None and claims.waits_on_claims(verdict):
+                held = {c: (self.found.get(("PersistentVolumeClaim", namespace, c)),
+                            self.told.get(("PersistentVolumeClaim", namespace, c), []))
+                        for c in claims.claims_of(obj)}
+                if held and all(pvc is not None for pvc, _ in held.values()):
+                    verdict = claims.claim_wait(verdict, held, recheck_s)
+            return claims.attach_wait(verdict, self._of_kind("Pod")) if verdict is not None else None
+        if kind == "PersistentVolumeClaim":
+            return claims.triage_claim(name, obj, events, recheck_s)
+        if kind == "Job":
+            return jobs.triage_job(name, obj, self._of_kind("Pod"), self.logs, recheck_s) or \
+                triage_object(kind, name, obj, events, recheck_s)
+        return triage_object(kind, name, obj, events, recheck_s)
+
+    def checked(self, key: Key) -> list[str]:
+        """What was read to judge ``key`` (the troubleshooting shape's ``evidence_checked``)."""
+        kind, _, name = key
+        out = [f"{len(self.told.get(key, []))} event(s) of {kind}/{name}"]
+        if key in self.found:
+            out.append(f"the status of {kind}/{name}")
+        if kind == "Pod" and name in self.logs:
+            out.append(f"the saved logs of pod {name}")
+        if kind == "Job":
+            mine = [str(p["metadata"]["name"]) for p in jobs.pods_of(name, self._of_kind("Pod"))]
+            out += [f"the status of its pod {p}" for p in mine]
+            out += [f"the saved logs of its pod {p}" for p in self.logs if p in mine or p.startswith(f"{name}-")]
+        if kind == "Pod" and self.nodes is not None:
+            out.append(f"{len(self.nodes)} node(s)")
+        return out

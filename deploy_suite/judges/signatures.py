@@ -23,6 +23,7 @@ _CATEGORIES = frozenset({TriageCategory.CRASH, TriageCategory.DEPENDENCY, Triage
 # The kernel's OOM killer (the kubelet's termination reason), not a log line: the memory limit.
 OOM_REASON = "OOMKilled"
 SIGKILL_EXIT = 137
+SIGTERM_EXIT = 143  # the kubelet's stop: a startup or liveness probe that failed (judges/probes.py)
 
 
 @dataclass(frozen=True)
@@ -101,4 +102,7 @@ def exit_cause(cs: Mapping[str, Any]) -> str:
     # The kubelet writes 137 for a container it lost too (ContainerStatusUnknown): no kill of the candidate's.
     if ended.get("exitCode") == SIGKILL_EXIT and ended.get("reason") not in {OOM_REASON, "ContainerStatusUnknown"}:
         return "exit 137 is SIGKILL: memory (resources.limits.memory) or a liveness probe killed it"
+    if ended.get("exitCode") == SIGTERM_EXIT:
+        return "exit 143 is SIGTERM: the kubelet stopped it (a startup or liveness probe failed: its Killing events " \
+            "say which)"
     return ""

@@ -49,6 +49,13 @@ class Verdict:
     next_check_s: float | None = None
     # Final whatever other speakers say (an oversized request, an invalid template, a crash loop).
     decisive: bool = False
+    # False: a wait the evidence cannot confirm is legitimate (contention unverifiable without node
+    # reads); waited on, but never a sign that suspends step 6's no-progress bound (judges/waiting.py).
+    verified: bool = True
+    # The patch or change that fixes it, when the rule knows one (a signature's fix), and the other
+    # speakers' verdicts this one outranked (deploy-suite triage --json, docs/triage.md).
+    fix: str = ""
+    ruled_out: list[str] = field(default_factory=list)
 
     @property
     def action(self) -> Action:
@@ -95,8 +102,10 @@ def combine(verdicts: Iterable[Verdict | None]) -> Verdict | None:
         return None
     best = min(found, key=lambda v: 0 if v.decisive else _RANK[v.category])
     rest = [line for v in found if v is not best for line in v.evidence if line not in best.evidence]
-    return Verdict(best.category, best.diagnosis, [*best.evidence, *rest], best.can_wait, best.next_check_s,
-                   best.decisive)
+    outranked = [f"{v.category}: {' '.join(v.diagnosis.split())}" for v in found if v is not best]
+    return Verdict(best.category, best.diagnosis, list(dict.fromkeys([*best.evidence, *rest])), best.can_wait,
+                   best.next_check_s, best.decisive, best.verified, best.fix,
+                   list(dict.fromkeys([*best.ruled_out, *outranked])))
 
 
 def event_time(event: Obj) -> str:
@@ -223,16 +232,7 @@ def _scheduler_verdict(pod: Obj, name: str, reason: str, message: str, said: Wor
                        f"pod {name} waits on a dependency (volume claim, quota or admission): {head}",
                        evidence)
     if said.category == TriageCategory.CONTENTION:
-        if nodes is not None:
-            # "Insufficient" also covers a request no node could ever hold: 9 GPUs on 8-GPU nodes.
-            judged = (_short_of_gpus(pod, name, nodes, evidence) if GPU_RESOURCE in said.capacity else None) or \
-                _beyond_every_node(pod, name, said.capacity, nodes, evidence)
-            if judged is not None:
-                return judged
-        return Verdict(TriageCategory.CONTENTION,
-                       f"pod {name} is waiting for capacity ({', '.join(sorted(said.capacity))}) on "
-                       f"otherwise-eligible nodes; next check in {recheck_s:.0f}s", evidence, can_wait=True,
-                       next_check_s=recheck_s)
+        return _contention(pod, name, head, said, nodes, evidence, recheck_s)
     if said.category == TriageCategory.FAILED_DEPLOY:
         detail = ""
         if nodes is not None and "taint" in said.why:
@@ -248,6 +248,36 @@ def _scheduler_verdict(pod: Obj, name: str, reason: str, message: str, said: Wor
                        f"pod {name} is unschedulable for a reason not classified: {head}", evidence,
                        can_wait=True, next_check_s=recheck_s)
     return from_words(f"pod {name}", reason, message, said, recheck_s)
+
+
+def _contention(pod: Obj, name: str, head: str, said: Words, nodes: Sequence[Obj] | None, evidence: list[str],
+                recheck_s: float) -> Verdict:
+    """The scheduler says nodes are short: contention, unless the nodes show the pod never fits."""
+    if nodes is not None:
+        # "Insufficient" also covers a request no node could ever hold: 9 GPUs on 8-GPU nodes.
+        judged = (_short_of_gpus(pod, name, nodes, evidence) if GPU_RESOURCE in said.capacity else None) or \
+            _beyond_every_node(pod, name, said.capacity, nodes, evidence)
+        if judged is not None:
+            return judged
+    elif any(n in head.lower() for n in words.NEVER_FITS):
+        return _unverified_contention(name, head, said, evidence, recheck_s)
+    return Verdict(TriageCategory.CONTENTION,
+                   f"pod {name} is waiting for capacity ({', '.join(sorted(said.capacity))}) on "
+                   f"otherwise-eligible nodes; next check in {recheck_s:.0f}s", evidence, can_wait=True,
+                   next_check_s=recheck_s)
+
+
+def _unverified_contention(name: str, head: str, said: Words, evidence: list[str], recheck_s: float) -> Verdict:
+    """Some nodes short, the others excluded for good (a taint, a selector), and no node reads:
+    nothing tells whether the short ones could ever hold the pod, so the wait is unverified (step 6's
+    no-progress bound applies, not the 3-hour one) and the line names the fixes."""
+    return Verdict(TriageCategory.CONTENTION,
+                   f"pod {name}: the scheduler reports nodes short of {', '.join(sorted(said.capacity))} and "
+                   f"others excluded for good ({head}); the nodes are unreadable for this identity, so "
+                   "contention cannot be told from a manifest that never fits: waited on only within the "
+                   "no-progress bound; grant read access to nodes (docs/security.md) or fix the scheduling "
+                   "with --compat-patch and rerun the same iteration", evidence, can_wait=True,
+                   next_check_s=recheck_s, verified=False)
 
 
 _SCHEDULING = {words.SCHEDULER, words.GANG_SCHEDULER, words.AUTOSCALER, words.PROVISIONER, words.QUEUE}
@@ -286,6 +316,7 @@ _PULL_AUTH = re.compile(r"\b(401|403)\b|unauthori[sz]ed|denied|authentication re
                         re.IGNORECASE)
 _PULL_MISSING = re.compile(r"manifest unknown|code = NotFound|: not found|not found:|repository does not exist",
                            re.IGNORECASE)
+_NODE_DISK_FULL = re.compile(r"no space left on device", re.IGNORECASE)
 IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff")
 # Waiting reasons that are final at first sight: the pod spec itself is wrong.
 _FINAL_REASONS = ("InvalidImageName", "CreateContainerError", "RunContainerError")
@@ -303,6 +334,11 @@ def _pull_verdict(container: str, reason: str, message: str, causes: Sequence[st
     """An image pull that failed, judged from the kubelet's message and the pull events' causes."""
     text = " ".join([message, *causes])
     evidence = [f"{container} waiting: {reason}: {message}".rstrip(": "), *[f"{container} event: {c}" for c in causes]]
+    if _NODE_DISK_FULL.search(text):
+        # The runtime could not write the layers: the node's image filesystem is full, whatever retries.
+        return Verdict(TriageCategory.PLATFORM,
+                       f"{container}: {reason}: the node's disk is full (no space left on device while unpacking "
+                       f"the image): {_HINTS[TriageCategory.PLATFORM]}; {message}", evidence)
     if _PULL_AUTH.search(text):
         return Verdict(TriageCategory.DEPENDENCY,
                        f"{container}: {reason}: the registry refused the pull (authorization): fix the "
@@ -331,7 +367,7 @@ def from_signature(container: str, cs: Obj, lines: Sequence[str], restarts: int)
     return Verdict(sig.category, f"{container}: {sig.id}{ended_as}, naming {named}: {sig.fix} "
                    f"({_HINTS[sig.category]}); its words: {found.line}",
                    [f"{container} said: {found.line}", f"signature {sig.id}: {sig.source}"],
-                   decisive=True)
+                   decisive=True, fix=sig.fix)
 
 
 def triage_containers(pod: Obj, pull_causes: Sequence[str] = (),

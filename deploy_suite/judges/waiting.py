@@ -168,8 +168,10 @@ def _unplaced(pod: Obj, hold: Verdict | None) -> Sign | str | None:
     """A pod not on a node yet: held (a hold decision), or stuck; None once it is on a node."""
     name = pod["metadata"]["name"]
     if unschedulable(pod) is not None:
-        if hold is not None and hold.can_wait and hold.category in HOLDS:
+        if hold is not None and hold.can_wait and hold.category in HOLDS and hold.verified:
             return Sign(name, WaitingSign.HELD, detail=hold.diagnosis)
+        if hold is not None and not hold.verified:
+            return f"pod {name} unschedulable, no hold decision: {hold.diagnosis}"
         return f"pod {name} unschedulable, no hold decision ({hold.category if hold else 'not triaged yet'})"
     if not (pod.get("spec") or {}).get("nodeName"):
         return f"pod {name} not scheduled yet"

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 from deploy_suite.constants import WEBHOOK_UNREACHABLE
-from deploy_suite.judges import operator_status
+from deploy_suite.judges import operator_status, probes
 from deploy_suite.vocab import Action, TriageCategory
 
 ACTIONS: dict[TriageCategory, Action] = {
@@ -92,7 +92,7 @@ _KAI_NODE_CONDITION = re.compile(r"node has (notready|memorypressure|diskpressur
 # KAI knows a node's GPU memory from GPU Feature Discovery's nvidia.com/gpu.memory label; a GPU-memory
 # request sees every node without it as "not synced" (docs/triage.md).
 _KAI_GPU_SYNC = "gpu memory count on the node was not synced"
-_SCHED_NEVER = (
+NEVER_FITS = (
     "untolerated taint", "that the pod didn't tolerate", "didn't match pod's node affinity/selector",
     "didn't match node selector", "didn't match pod anti-affinity", "didn't match pod affinity",
     "didn't satisfy existing pods anti-affinity", "didn't match pod topology spread constraints (missing required",
@@ -156,7 +156,7 @@ def judge_scheduler(message: str, speaker: str = SCHEDULER) -> Words:
     if _KAI_GPU_SYNC in low:
         return Words(TriageCategory.PLATFORM, speaker, "no node has a GPU memory count the scheduler knows (GPU "
                      "Feature Discovery's nvidia.com/gpu.memory label missing, or no GPU node)")
-    never = [n for n in _SCHED_NEVER if n in low]
+    never = [n for n in NEVER_FITS if n in low]
     if never:
         return Words(TriageCategory.FAILED_DEPLOY, speaker, ", ".join(never))
     if "waiting for resource driver" in low:
@@ -350,12 +350,25 @@ def judge_kubelet(reason: str, message: str, count: int = 1) -> Words | None:
     if reason == "Evicted" and _OWN_LIMIT.search(message):
         return Words(TriageCategory.CRASH, KUBELET, "evicted for exceeding its own ephemeral-storage limit (the "
                      "component's resources.limits.ephemeral-storage or an emptyDir sizeLimit)", decisive=True)
+    said = probes.judge_eviction(message) if reason == "Evicted" else probes.judge_probe(reason, message, count)
+    if said is not None:
+        return Words(said.category, KUBELET, said.why, decisive=said.decisive)
     if reason == "Evicted":
         return Words(TriageCategory.UNKNOWN,
-                     KUBELET, "evicted by the node (resource pressure): its controller recreates it")
+                     KUBELET, "evicted by the node for a cause not classified: its controller recreates it")
+    if _MULTI_ATTACH.search(message):
+        # The attach/detach controller: a single-node volume held by pods elsewhere (it names them),
+        # or attached to a node with no pod known (a node that left without detaching).
+        return Words(TriageCategory.FAILED_DEPLOY, KUBELET, "a ReadWriteOnce volume is used by other pods on another "
+                     "node: give the claim ReadWriteMany, or one pod") if "already used by pod" in message else \
+            Words(TriageCategory.PLATFORM, KUBELET, "the volume is still attached to another node (a node that left "
+                  "without detaching it): detach it or recover the node")
     if reason in {"FailedMount", "FailedAttachVolume"}:
         return Words(TriageCategory.UNKNOWN, KUBELET, "a volume is not mounted yet")
     return None
+
+
+_MULTI_ATTACH = re.compile(r"multi-attach error for volume", re.IGNORECASE)
 
 
 # The runtime's cause clause after "Failed to create pod sandbox:": the node lacks the handler the

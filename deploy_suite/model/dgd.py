@@ -378,9 +378,10 @@ def _node_count(rd: FieldReader, multinode: Any, path: str, problems: list[str])
 
 
 def _normalise_type(raw: str | None, sub: str | None) -> str:
-    """A v1alpha1 service's type: prefill/decode from ``subComponentType``; ``main``, the entry
-    component of the operators before the ``frontend`` type, is the frontend (docs/operator-generations.md)."""
-    if sub in ("prefill", "decode"):
+    """A v1alpha1 type: only a ``worker`` with ``subComponentType`` prefill/decode is that (ai-dynamo/dynamo
+    ``api/v1alpha1/shared_spec_conversion.go`` sharedComponentTypeToHub); ``main`` is the frontend of the
+    operators before that type (docs/operator-generations.md)."""
+    if raw == "worker" and sub in ("prefill", "decode"):
         return sub
     if raw == LEGACY_ENTRY_TYPE:
         return FRONTEND_TYPE
@@ -433,8 +434,8 @@ def _alpha_components(
         ]
         # resources.gpu goes on nvidia.com/gpu; else a MIG slice the main container asks counts too.
         gpu_resource = gpu_type or (GPU_RESOURCE if service_gpus else _main_gpu_resource(main))
-        # The operator puts the service GPUs on the main container; sidecars and init containers add to it.
-        main_gpus = max(container_gpus(main, gpu_resource) or 0, service_gpus)
+        # Service GPUs go on main unless the mainContainer names its own (podspec.main_container); sidecars add.
+        main_gpus = (container_gpus(main, gpu_resource) or 0) if podspec.names(main, gpu_resource) else service_gpus
         main_effective = {**main, "resources": {"limits": {gpu_resource: main_gpus}}}
         gpus = _pod_gpus(
             {**pod_spec, "containers": [main_effective, *sidecars]}, gpu_resource, path, problems

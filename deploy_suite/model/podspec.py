@@ -148,12 +148,21 @@ def has_flag(tokens: Sequence[str], names: Iterable[str]) -> bool:
     return any(tok in wanted or tok.split("=", 1)[0] in wanted for tok in tokens)
 
 
+def names(container: Mapping[str, Any], resource: str) -> bool:
+    """Does the container's own ``resources`` name ``resource`` (as a request or a limit)?"""
+    resources = container.get("resources")
+    return isinstance(resources, dict) and any(
+        isinstance(resources.get(part), dict) and resource in resources[part] for part in ("requests", "limits"))
+
+
 def main_container(rd: FieldReader, main: Mapping[str, Any], resources: Mapping[str, Any], gpu_resource: str,
                    path: str) -> dict[str, Any]:
     """A v1alpha1 service's main container as the operator writes it: the service's ``resources``
-    (``cpu``, ``memory``, ``gpu`` under ``gpuType``, each ``custom`` entry) over the mainContainer's
-    own requests and limits, key by key, and its ``resources.claims`` added to the container's
-    (docs/operator-generations.md)."""
+    (``cpu``, ``memory``, ``gpu`` under ``gpuType``, each ``custom`` entry) under the mainContainer's
+    own requests and limits, key by key (the mainContainer is merged over the dedicated fields with
+    override: ai-dynamo/dynamo ``deploy/operator/api/v1alpha1/shared_spec_conversion.go``,
+    ``buildPodTemplateToHub``, as the v1alpha1 controller's ``GenerateBasePodSpec`` did), and its
+    ``resources.claims`` added to the container's (docs/operator-generations.md)."""
     raw = main.get("resources")
     own: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
     out: dict[str, Any] = {"claims": [*(own.get("claims") or []), *(resources.get("claims") or [])]}
@@ -163,5 +172,5 @@ def main_container(rd: FieldReader, main: Mapping[str, Any], resources: Mapping[
         if values.get("gpu") is not None:
             service[gpu_resource] = values["gpu"]
         service.update(rd.str_map(values.get("custom"), f"{path}.resources.{part}.custom"))
-        out[part] = {**(own.get(part) or {}), **service}
+        out[part] = {**service, **(own.get(part) or {})}
     return {**main, "resources": out}

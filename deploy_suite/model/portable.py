@@ -7,8 +7,9 @@ whose user sets an operator-owned annotation (``nvidia.com/workload-provider`` i
 persisted), and a ``resourceVersion`` or ``uid`` makes the apply a conflict or a stale update. A
 recipe may also hard-code a ``metadata.namespace`` other than the contract's. None of this is a
 performance setting: step 1 drops or retargets it in the run-scoped copy only, one recorded
-patch per field (file, document, JSON pointer, before, after, reason), as the procedure asks of every
-compatibility fix (docs/procedure.md, "Exported manifests"). Pure: parsed documents in, edits out.
+patch per field (file, document, JSON pointer, before, after, reason with its evidence), recorded like
+step 2's compatibility patches (docs/procedure.md, "Exported manifests"). Pure: parsed documents in,
+edits out.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deploy_suite.constants import DGD_KIND
+from deploy_suite.model.patches import AUTOMATIC
 
 # Annotations the Dynamo operator writes on a DGD and owns, each with where ai-dynamo/dynamo says so
 # (deploy/operator/internal/consts/consts.go).
@@ -38,14 +40,23 @@ SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", 
 
 @dataclass(frozen=True)
 class CopyPatch:
-    """One change to a document of a run-scoped copy: ``after`` None means the field was removed."""
+    """One change to a document of a run-scoped copy (an RFC 6902 ``remove`` or ``replace``)."""
 
-    document: int  # 0-based index among the file's documents
+    document: str  # "Kind/name" of the document the pointer addresses
+    index: int  # 0-based index among the file's documents
+    op: str  # remove | replace
     pointer: str  # RFC 6901 JSON pointer inside that document
     before: Any
-    after: Any
+    after: Any  # None when removed
     change: str  # one line for a person
-    reason: str  # why, with the evidence
+    reason: str  # why, naming the evidence
+
+    def record(self) -> dict[str, Any]:
+        """The ledger's ``patches`` entry fields (``deploy_suite.procedure.compat.Patch``'s shape)."""
+        return {"change": self.change, "reason": self.reason, "document": self.document,
+                "changes": [{"op": self.op, "pointer": self.pointer, "before": self.before, "after": self.after}],
+                "evidence": {"document_index": self.index, "found": {self.pointer: self.before}},
+                "source": AUTOMATIC}
 
 
 def _escape(key: str) -> str:
@@ -80,7 +91,8 @@ def portable_copy(documents: Sequence[Any], namespace: str) -> list[CopyPatch]:
             patches.extend(_metadata(index, label, doc, meta, namespace))
         if "status" in doc:
             before = doc.pop("status")
-            patches.append(CopyPatch(index, "/status", _summary(before), None, f"{label}: status removed",
+            patches.append(CopyPatch(label, index, "remove", "/status", _summary(before), None,
+                                     f"{label}: status removed",
                                      "status is written by the cluster the object was exported from; a new object "
                                      "carries none (the API server ignores it on create)"))
     return patches
@@ -92,7 +104,7 @@ def _metadata(index: int, label: str, doc: Mapping[str, Any], meta: dict[str, An
     for key in SERVER_METADATA:
         if key in meta:
             before = meta.pop(key)
-            patches.append(CopyPatch(index, f"/metadata/{key}", _summary(before), None,
+            patches.append(CopyPatch(label, index, "remove", f"/metadata/{key}", _summary(before), None,
                                      f"{label}: metadata.{key} removed",
                                      f"metadata.{key} is set by the API server of the cluster the object was exported "
                                      "from; applied here it would make the apply a conflict or a stale update"))
@@ -101,7 +113,8 @@ def _metadata(index: int, label: str, doc: Mapping[str, Any], meta: dict[str, An
         for key, source in OPERATOR_ANNOTATIONS.items():
             if key in annotations:
                 before = annotations.pop(key)
-                patches.append(CopyPatch(index, f"/metadata/annotations/{_escape(key)}", before, None,
+                patches.append(CopyPatch(label, index, "remove", f"/metadata/annotations/{_escape(key)}", before,
+                                         None,
                                          f"{label}: annotation {key} removed",
                                          f"{key} is the Dynamo operator's own ({source}, ai-dynamo/dynamo "
                                          "deploy/operator/internal/consts/consts.go); newer operators refuse it "
@@ -111,7 +124,7 @@ def _metadata(index: int, label: str, doc: Mapping[str, Any], meta: dict[str, An
     current = meta.get("namespace")
     if current is not None and current != namespace:
         meta["namespace"] = namespace
-        patches.append(CopyPatch(index, "/metadata/namespace", current, namespace,
+        patches.append(CopyPatch(label, index, "replace", "/metadata/namespace", current, namespace,
                                  f"{label}: metadata.namespace {current!r} -> {namespace!r}",
                                  f"the manifest names namespace {current!r}; user_workload.yaml's kubernetes.namespace "
                                  f"is {namespace!r}, where every object of the run is created"))

@@ -84,7 +84,9 @@ def plan(kube: Kube, namespace: str, name: str, retiring: tuple[str, str] | None
     if live is None:
         return Plan("create", name, "no DGD of this name is live: step 5 creates it")
     owner = resume.whose(live, own_uid, retiring_uid)
-    ours = not ownership.judge(live, name, namespace, kube.field_manager).foreign
+    named = ownership.LedgerName(name, namespace, kube.context, retiring_uid) if retiring == (namespace, name) else None
+    ours = not ownership.judge(live, name, namespace, kube.field_manager, ledger=named,
+                               kube_context=kube.context).foreign
     if retiring != (namespace, name) or owner != "previous" or not ours:
         why = ("this iteration's own DGD (a rerun): step 5 updates it" if owner == "mine" else
                "a live DGD step 3 does not delete: step 5 would update it")

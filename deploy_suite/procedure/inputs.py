@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deploy_suite import clock
 from deploy_suite.constants import DGD_KIND
 from deploy_suite.errors import InputError, RefusedCandidate
 from deploy_suite.model.files import (
@@ -44,6 +45,8 @@ from deploy_suite.model.manifests import (
 )
 from deploy_suite.model.portable import CopyPatch, portable_copy
 from deploy_suite.model.workload import MISSING, WORKLOAD_FIX, Workload, contract_dgd_candidates, lookup, parse_workload
+from deploy_suite.procedure import compat
+from deploy_suite.procedure.compat import Patch
 from deploy_suite.procedure.settings import Settings, SupportInput, deploy_id
 from deploy_suite.procedure.workspace import AppliedManifest, PreviousDeployment, Resume, claim, fill, read_previous
 from deploy_suite.record.ledger import Ledger, atomic_write_text
@@ -72,8 +75,11 @@ class Prepared:
     iteration: int = 0
     # What an earlier run of this iteration recorded (a rerun): its own apply, retire, allocations.
     carried: Carried = field(default_factory=Carried)
-    # Step 1's own compatibility patches of the copies (deploy_suite.model.portable): (copy, patch).
-    patches: tuple[tuple[Path, CopyPatch], ...] = ()
+    # Handed-over compatibility patches applied in this step, and those already applied earlier.
+    patches: tuple[Patch, ...] = ()
+    patches_skipped: tuple[str, ...] = ()
+    # Step 1's own patches of the copies, what an exported manifest carries (deploy_suite.model.portable).
+    portable: tuple[tuple[Path, CopyPatch], ...] = ()
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
         """Step 1's ledger fields, and its evidence card."""
@@ -86,12 +92,13 @@ class Prepared:
             ("previous_deployment", self.previous.record(exp_root) if self.previous else None),
         ):
             ledger.set_section(name, value)
+        for patch in self.patches:
+            ledger.add_patch(patch.as_dict())
         if self.resume is not None:
             ledger.note_resume(kept=list(self.resume.kept), recopied=list(self.resume.recopied),
                                removed=list(self.resume.removed))
-        for copy, patch in self.patches:
-            ledger.add_patch(rel(copy, exp_root), patch.change, patch.reason, document=patch.document,
-                             pointer=patch.pointer, before=patch.before, after=patch.after)
+        for copy, found in self.portable:
+            ledger.add_patch({"file": rel(copy, exp_root), "at": clock.iso_now(), **found.record()})
         download = next((m for m in self.manifests if m.type == "model-download"), None)
         evidence: dict[str, Any] = {
             "deploy_root": rel(self.deploy_root, exp_root),
@@ -110,8 +117,10 @@ class Prepared:
             # Handed over explicitly from elsewhere (the recipe's checkout): recorded by path and hash.
             "outside_exp_root": {m.type: m.source.record() for m in self.manifests
                                  if not is_inside(m.source.path, exp_root)},
-            "patches": [f"{rel(copy, exp_root)}: {patch.change}" for copy, patch in self.patches],
+            "portable_patches": [f"{rel(copy, exp_root)}: {found.change}" for copy, found in self.portable],
             "dgd_precision_tokens": list(self.precision),
+            "handed_over_patches": [p.change for p in self.patches],
+            **({"handed_over_patches_already_applied": list(self.patches_skipped)} if self.patches_skipped else {}),
             "copies": {m.type: {"copy": rel(m.path, exp_root), "from": m.source.rel} for m in self.manifests},
         }
         if download is not None:
@@ -198,6 +207,12 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
                       _dgd_name(dgd_docs), tuple(incompatible)).error(dgd_name_in)
     assert dgd_model is not None  # no incompatibility: the model was built
     manifests, resume = fill(deploy_root, source_dgd, chosen, resuming, earlier, exp_root)
+    # What an exported manifest carries from its cluster, dropped first: the caller's fix addresses the copy.
+    portable = _portable(manifests, workload.namespace)
+    # The caller's Kubernetes-only fix, in place in the copies (and the earlier ones a re-made copy lost).
+    handed, skipped = compat.apply_handed(
+        settings.compat_patch, {m.type: m.path for m in manifests}, set(resume.recopied) if resume else set(),
+        [p for p in (earlier or {}).get("patches") or [] if isinstance(p, Mapping)], exp_root)
     # The sources must still be what was handed over once copied (nobody edited them meanwhile).
     for ref in (workload_file, source_dgd, *chosen.values()):
         if sha256_file(ref.path) != ref.sha256:
@@ -218,7 +233,9 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
         resume=resume,
         iteration=settings.iteration,
         carried=Carried.of(earlier if resuming else None),
-        patches=tuple(_portable(manifests, workload.namespace)),
+        patches=tuple(handed),
+        patches_skipped=tuple(skipped),
+        portable=tuple(portable),
     )
 
 

@@ -48,6 +48,7 @@ class Readiness:
     config_engagement: list[dict[str, Any]] = field(default_factory=list)
     failed: bool = False
     failed_attempt: bool = False
+    attempt_recorded: bool = False  # the failed attempt is already in the ledger (saved before the teardown)
     torn_down_at: str | None = None
     failure_evidence: dict[str, Any] | None = None
     teardown: dict[str, Any] | None = None
@@ -55,8 +56,8 @@ class Readiness:
     def as_dict(self) -> dict[str, Any]:
         """The ledger's ``readiness`` section."""
         return {k: v for k, v in asdict(self).items()
-                if k not in {"config_engagement", "failed", "failed_attempt", "torn_down_at", "failure_evidence",
-                             "teardown"}}
+                if k not in {"config_engagement", "failed", "failed_attempt", "attempt_recorded", "torn_down_at",
+                             "failure_evidence", "teardown"}}
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
         # Every contention wait was a decision to hold rather than fail: the procedure asks for its
@@ -70,8 +71,9 @@ class Readiness:
                                              "evidence": self.evidence, "last_progress": self.last_progress,
                                              "contention": self.contention, "reconcile_errors": self.reconcile_errors,
                                              "verdict_at": self.verdict_at, "failure_evidence": self.failure_evidence})
-            if self.failed_attempt:
+            if self.failed_attempt and not self.attempt_recorded:
                 ledger.add_failed_attempt("step6_readiness", self.state, self.evidence, self.diagnosis)
+                self.attempt_recorded = True
             if self.teardown is not None:
                 ledger.set_section("teardown", self.teardown)
             if self.torn_down_at is not None:
@@ -215,8 +217,16 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
         found, text = evidence.collect(kube, run.namespace, dgd.name)
         found.log_file = run.rel(evidence.write(run.deploy_root / "logs", dgd.name, text))
         failed.failure_evidence = found.as_dict()
+        # Counted before anything is torn down: a run stopped during the teardown (a tool timeout,
+        # Ctrl-C in the pods-gone wait) leaves the attempt, its evidence and diagnosis in the ledger.
+        run.record(failed)
+
+        def deleting(entry: dict[str, Any]) -> None:
+            run.ledger.set_section("teardown", entry)
+            run.save()
+
         failed.teardown = teardown(kube, run.namespace, dgd.name, failed, keep=run.settings.keep_on_failure,
-                                   pods_gone_s=t.retire_s, on_progress=run.progress)
+                                   pods_gone_s=t.retire_s, hooks=TeardownHooks(run.progress, deleting))
         failed.teardown["evidence_file"] = found.log_file
         if failed.teardown.get("pods_gone_at"):
             failed.torn_down_at = failed.teardown["pods_gone_at"]
@@ -226,14 +236,24 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
     return out
 
 
+@dataclass(frozen=True)
+class TeardownHooks:
+    """Whom a teardown tells: its wait's progress, and the delete about to be asked for (the run
+    saves it: a run stopped during the teardown still says it began)."""
+
+    on_progress: Progress = quiet
+    on_deleting: Callable[[dict[str, Any]], None] | None = None
+
+
 def teardown(kube: Kube, namespace: str, dgd_name: str, failed: Readiness, *, keep: bool,
-             pods_gone_s: float = 600.0, on_progress: Progress = quiet) -> dict[str, Any]:
+             pods_gone_s: float = 600.0, hooks: TeardownHooks = TeardownHooks()) -> dict[str, Any]:
     """The teardown policy, after the evidence is kept: an attempt that can never succeed (a failed
     attempt: taint, selector, a request no node can hold, a crash loop that persists, an image that
     does not exist) is deleted to free its GPUs; anything else (a dependency to fix, no progress, an
     API refusal, a missing Service) is kept, since fixing it or waiting may still make it ready.
     ``--keep-on-failure`` keeps everything. After a delete, ``pods_gone_at`` is when its pods were
-    gone (the GPUs free: ``torn_down_at``); a bounded wait, left unset when they outlast it."""
+    gone (the GPUs free: ``torn_down_at``); a bounded wait, left unset when they outlast it.
+    ``hooks.on_deleting`` hears of the delete (action ``deleting``) before it is asked for."""
     entry = {"policy": POLICY_KEEP if keep else POLICY_TEARDOWN, "dgd": dgd_name}
     if keep:
         return {**entry, "action": TeardownAction.KEPT, "reason": "--keep-on-failure: everything kept for debugging",
@@ -243,11 +263,14 @@ def teardown(kube: Kube, namespace: str, dgd_name: str, failed: Readiness, *, ke
                 "reason": f"{failed.state}: not known to be final (fix the dependency or inspect, then rerun; "
                           "the cleanup command is in the ledger)"}
     try:  # model caches survive the delete: the claims the DGD owns are orphaned first
-        kept = caches.keep_claims_of(kube, namespace, dgd_name)
+        kept = caches.keep_claims_of(kube, namespace, dgd_name).names
     except KubeError as exc:
         return {**entry, "action": TeardownAction.KEPT, "at": clock.iso_now(),
                 "reason": f"{failed.state}: the model-cache claims it owns could not be kept ({exc}), so it is not "
                           f"deleted; {caches.fix(namespace, dgd_name)}"}
+    if hooks.on_deleting is not None:
+        hooks.on_deleting({**entry, "action": TeardownAction.DELETING, "at": clock.iso_now(), "kept_claims": kept,
+                     "reason": f"{failed.state}: the attempt can never succeed as written; deleting it"})
     try:
         kube.delete(DGD, dgd_name, namespace)
     except KubeError as exc:  # the failure and its evidence stay the story; the cleanup command is in the ledger
@@ -256,7 +279,7 @@ def teardown(kube: Kube, namespace: str, dgd_name: str, failed: Readiness, *, ke
     deleted = {**entry, "action": TeardownAction.DELETED, "at": clock.iso_now(), "kept_claims": kept,
                "reason": f"{failed.state}: the attempt can never succeed as written; deleted to free its GPUs"}
     try:
-        kube.wait(waits.dgd_pods_gone(namespace, dgd_name), timeout=pods_gone_s, on_progress=on_progress)
+        kube.wait(waits.dgd_pods_gone(namespace, dgd_name), timeout=pods_gone_s, on_progress=hooks.on_progress)
     except (WaitTimeout, KubeError) as exc:
         return {**deleted, "pods_gone_at": None, "reason": f"{deleted['reason']}; its pods were not seen gone: {exc}"}
     return {**deleted, "pods_gone_at": clock.iso_now()}

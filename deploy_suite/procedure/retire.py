@@ -11,6 +11,7 @@ from typing import Any
 
 from deploy_suite import clock
 from deploy_suite.access.kube import DGD, Kube, Obj
+from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.errors import KubeError, StepBlocked
 from deploy_suite.judges import ownership
 from deploy_suite.procedure import caches, waits
@@ -40,6 +41,10 @@ class RetireResult:
     torn_down_at: str | None = None  # what the retired ledger says now (None: not written by us)
     note: str = ""
     kept_claims: list[str] = field(default_factory=list)  # claims it owned, orphaned before the delete
+    claims_unlisted: str = ""  # why no claim needed keeping although the claims could not be listed
+    ownership: str = ""  # ours (the experiment's field manager) | recorded (named exactly by its ledger)
+    # How a torn_down_at this step wrote was established (the DGD found already gone): see _torn_down.
+    torn_down_basis: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,13 +88,14 @@ def retire_previous(kube: Kube, live: Obj, timeout: float, on_progress: Progress
     meta = live["metadata"]
     namespace, dgd_name = str(meta["namespace"]), str(meta["name"])
     try:
-        kept = caches.keep_claims(kube, namespace, str(meta.get("uid")))
+        kept = caches.keep_claims(kube, live)
     except KubeError as exc:
         raise StepBlocked(BlockerClass.PVC, f"the model-cache claims DynamoGraphDeployment {namespace}/{dgd_name} "
                           f"owns could not be kept before deleting it ({exc}); step 3 refuses to delete it",
                           caches.fix(namespace, dgd_name)) from exc
     existed = kube.delete(DGD, dgd_name, namespace)
-    result = RetireResult(dgd_name, namespace, kube.context, clock.iso_now(), existed, kept_claims=kept)
+    result = RetireResult(dgd_name, namespace, kube.context, clock.iso_now(), existed, kept_claims=kept.names,
+                          claims_unlisted=kept.unlisted)
     if on_deleted is not None:
         on_deleted(result)
     _wait_gone(kube, result, timeout, on_progress)
@@ -107,11 +113,12 @@ def retire(run: RunState, kube: Kube) -> Retired:
     retire the experiment's last DGD (``run.previous``: the ledger that applied it, passing over the
     iterations blocked before applying) in its own context and write ``torn_down_at`` in that
     ledger once its pods are gone; nothing is written in a passed-over ledger. Idempotent on a
-    rerun: a DGD already gone is recorded, not deleted, and its ledger's ``torn_down_at`` left alone;
-    a live DGD that is this iteration's own (its uid is the one step 5 recorded) is kept. A live DGD
-    is deleted only when both guards agree: its uid is the one its ledger recorded
-    (``deploy_suite.record.resume``) and it carries the experiment's field manager
-    (``deploy_suite.judges.ownership``); anything else blocks, untouched."""
+    rerun: a DGD already gone is recorded, not deleted, and once its pods are gone its ledger gets
+    ``torn_down_at`` unless it has one (someone deleted it: its GPUs are free); a live DGD that is
+    this iteration's own (its uid is the one step 5 recorded) is kept. A live DGD is deleted only
+    when its ledger names it exactly (name, namespace, context, and the uid when recorded:
+    ``deploy_suite.record.resume``) and, unless that ledger names it, it carries the experiment's
+    field manager (``deploy_suite.judges.ownership``); anything else blocks, untouched."""
     out = Retired(experiment.update_manifest_context(run.exp_root, kube.context), earlier=run.carried.retired_previous)
     if out.context_change is not None:
         run.add_evidence(manifest_context_update=out.context_change)  # kept even if the retire fails
@@ -136,38 +143,76 @@ def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, where: 
     timeout = run.settings.timeouts.retire_s
     live = kube.get_or_none(DGD, prev.dgd_name, prev.namespace)
     owner = resume.whose(live, run.carried.uid, prev.applied_uid)
-    _refuse_unless_ours(live, owner, ownership.judge(live, prev.dgd_name, prev.namespace, kube.field_manager), prev)
+    named = ownership.LedgerName(prev.dgd_name, prev.namespace, prev.kube_context, prev.applied_uid)
+    found = ownership.judge(live, prev.dgd_name, prev.namespace, kube.field_manager, ledger=named,
+                            kube_context=kube.context)
+    _refuse_unless_ours(live, owner, found, prev)
     if owner == "previous" and live is not None:
         def deleted(result: RetireResult) -> None:
             run.ledger.set_section("retired_previous", {**result.as_dict(), **where})
             run.save()
 
         result = retire_previous(kube, live, timeout, run.progress, deleted)
+        result.ownership = found.state
     else:
         action = "own-dgd-live" if owner == "mine" else "already-gone"
         result = RetireResult(prev.dgd_name, prev.namespace, kube.context, "", False, action=action)
         if owner is None:
+            terminating = _terminating_pods(kube, prev)
             _wait_gone(kube, result, timeout, run.progress)  # its pods may still be terminating
-    earlier = run.carried.retired_previous or {}
-    # torn_down_at when the pods are gone, written once: by this run's deletion, or by the rerun of
-    # one that deleted and was killed before it could write it (its record was saved at the delete),
-    # this iteration's or a passed-over one's (deploy_suite/procedure/workspace.py).
-    unfinished = (earlier.get("existed") and not earlier.get("pods_gone_at")) or prev.deletion_unfinished
-    ours = owner == "previous" or (owner is None and unfinished)
-    if ours and prev.torn_down_at is None and result.pods_gone_at:
+            earlier = run.carried.retired_previous or {}
+            deleted_by = (f"this iteration's earlier step 3 (at {earlier.get('deleted_at')})"
+                          if earlier.get("existed") and not earlier.get("pods_gone_at") else
+                          "a passed-over iteration's step 3" if prev.deletion_unfinished else "")
+            result.torn_down_basis = _torn_down(result.pods_gone_at, terminating, deleted_by)
+    # torn_down_at when the pods are gone, written once (never over one the ledger has): by this
+    # run's deletion; by the rerun of one that deleted and was killed before it could write it (its
+    # record was saved at the delete), this iteration's or a passed-over one's
+    # (deploy_suite/procedure/workspace.py); or when the DGD was found already gone (someone ran the
+    # ledger's cleanup command, the namespace was recycled): its GPUs are free, they stop counting.
+    if owner in ("previous", None) and prev.torn_down_at is None and result.pods_gone_at:
         write_torn_down_at(prev.ledger_path, result.pods_gone_at)
         result.torn_down_at = result.pods_gone_at
     else:
         result.torn_down_at = prev.torn_down_at
+        result.torn_down_basis = None
         result.note = "torn_down_at left as the retired ledger records it"
     return result
+
+
+def _terminating_pods(kube: Kube, prev: PreviousDeployment) -> list[Obj]:
+    """The DGD's pods still there when step 3 finds the DGD gone (terminating: the garbage
+    collector deletes them after their owner)."""
+    pods, _ = kube.list_items("Pod", prev.namespace, label_selector=f"{LABEL_DGD_NAME}={prev.dgd_name}",
+                              metadata_only=True)
+    return pods
+
+
+def _torn_down(pods_gone_at: str, terminating: list[Obj], deleted_by: str) -> dict[str, Any]:
+    """How the ``torn_down_at`` of a DGD found gone is known. The apiserver keeps nothing of a
+    deleted object, so the time it went is known only while its pods are still terminating: then
+    step 3's watch sees the last one go (the GPUs freed, within the watch's latency) and their
+    ``deletionTimestamp`` says when their deletion was asked for. Pods already gone leave only an
+    upper bound, the time step 3 looked: GPU-hours may be over-, never under-counted. ``deleted_by``:
+    which earlier step 3 deleted it and was stopped before its pods were gone ("": someone else)."""
+    who = f"{deleted_by} deleted it" if deleted_by else "the DGD was already gone (deleted by someone else: the " \
+        "ledger's cleanup command, a recycled namespace)"
+    if terminating:
+        asked = sorted(str(t) for p in terminating if (t := (p.get("metadata") or {}).get("deletionTimestamp")))
+        return {"source": "pods-gone-watched", "exact": True, "pods_deletion_requested_at": asked[0] if asked else None,
+                "explanation": f"{who}; {len(terminating)} of its pods were still terminating and step 3's watch saw "
+                               "the last one go at torn_down_at"}
+    return {"source": "observed-gone", "exact": False,
+            "explanation": f"{who}; it and its pods were gone when step 3 looked and the apiserver keeps no deletion "
+                           "time, so torn_down_at is when step 3 observed them gone: an upper bound"}
 
 
 def _refuse_unless_ours(live: Obj | None, owner: resume.Whose | None, found: ownership.Ownership,
                        prev: PreviousDeployment) -> None:
     """Both guards of step 3, one message: the uid identity (README "Resume") and the field
-    manager (README "Ownership"). A live DGD is deleted only when it passes both; this iteration's
-    own is never deleted, so only the uid decides it is kept (step 5 re-checks its field manager)."""
+    manager (README "Ownership"), which a DGD its ledger names exactly passes whoever applied it
+    (``recorded``). A live DGD is deleted only when it passes both; this iteration's own is never
+    deleted, so only the uid decides it is kept (step 5 re-checks its field manager)."""
     reasons = []
     if owner == "unknown":
         uid = ((live or {}).get("metadata") or {}).get("uid")

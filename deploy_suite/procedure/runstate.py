@@ -236,8 +236,10 @@ class RunState:
             # What the cluster holds of this iteration (deploy_suite/record/resume.py): its own apply, its
             # allocation intervals, its teardown and the retire an earlier run already did; and the
             # copies' recorded hashes, which a resume refused in step 1 must keep (docs/procedure.md, "Resume").
+            # And whose directory it is (source_dgd): a run refused in step 1 after this point must leave a
+            # ledger a later run of the same candidate still recognises (workspace.existing_candidate).
             for key in ("created_at", "allocated_at", "gpus_requested", "torn_down_at", "applied_dgd",
-                        "allocations", "retired_previous", "applied_manifests"):
+                        "allocations", "retired_previous", "applied_manifests", "source_dgd"):
                 if key in previous:
                     data[key] = previous[key]
             data["resumes"].append({
@@ -301,7 +303,8 @@ class RunState:
         its own) only for the candidate's own failure, else ``blocked`` with its class. Returns the
         one line a person reads."""
         partial = getattr(error, "result", None)
-        attempts = len(self.ledger.data["failed_attempts"])
+        # A step that recorded its attempt itself (step 6, before its teardown) counts it once.
+        attempts = len(self.ledger.data["failed_attempts"]) - bool(getattr(partial, "attempt_recorded", False))
         if partial is not None and self.current == name:
             self.record(partial)
         stop = stops.judge(name, error)

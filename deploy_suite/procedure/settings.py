@@ -90,6 +90,10 @@ class Settings:
     smoke_prompt: str = DEFAULT_SMOKE_PROMPT
     served_model: str | None = None
     kubeconfig: Path | None = None
+    # A caller's Kubernetes-only fix of the run-scoped copies (docs/procedure.md, "Compatibility patches").
+    compat_patch: Path | None = None
+    # Why an unchanged candidate may be tried again after a failed attempt (a fix made on the cluster).
+    retry_reason: str | None = None
     keep_on_failure: bool = False
     review_id: str | None = None
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -110,6 +114,7 @@ class Settings:
             "keep_on_failure": self.keep_on_failure,
             "support_order": list(self.support_order),
             "kubeconfig_given": self.kubeconfig is not None,
+            "retry_reason": self.retry_reason,
             "timeouts": self.timeouts.as_dict(),
         }
 
@@ -173,6 +178,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("kubeconfig", "--kubeconfig", "PATH",
            "kubeconfig file (default: $KUBECONFIG or ~/.kube/config); the context always comes from "
            "user_workload.yaml kubernetes.kube_context, never the current-context"),
+    Option("compat_patch", "--compat-patch", "FILE",
+           "a Kubernetes-only fix of a run-scoped copy, applied in place and recorded: a YAML file with reason, "
+           "file (deploy.yaml, model-cache.yaml, ...) and RFC 6902 operations; refused when it touches performance "
+           "settings (engine arguments and environment, GPU counts, replicas, routing, the model, the image tag)"),
+    Option("retry_reason", "--retry-reason", "TEXT",
+           "after a failed attempt, deploy the unchanged candidate again because of this fix made on the cluster "
+           "(without it an identical retry is refused: retry only after a concrete fix)"),
     Option("keep_on_failure", "--keep-on-failure", "",
            "keep everything a failed run created for debugging; by default an attempt that can never succeed is "
            "torn down after its evidence is kept (recorded in the ledger)", action="store_const"),
@@ -309,6 +321,13 @@ def build_settings(
         if not kubeconfig.is_file():
             raise InputError(kube_src, f"{kubeconfig} is not a file", "pass an existing kubeconfig file")
 
+    patch_value, patch_base, patch_src = pick("compat_patch")
+    compat_patch = None
+    if patch_value not in (None, ""):
+        compat_patch = _absolute(Path(_text(patch_value, patch_src)), patch_base)
+        if not compat_patch.is_file():
+            raise InputError(patch_src, f"{compat_patch} is not a file", "pass an existing patch file")
+
     smoke_value, _, smoke_src = pick("smoke_prompt")
     smoke_prompt = DEFAULT_SMOKE_PROMPT if smoke_value is None else _text(smoke_value, smoke_src)
     if not smoke_prompt.strip():
@@ -330,6 +349,8 @@ def build_settings(
         smoke_prompt=smoke_prompt,
         served_model=_optional_text(*pick("served_model")[::2]),
         kubeconfig=kubeconfig,
+        compat_patch=compat_patch,
+        retry_reason=_optional_text(*pick("retry_reason")[::2]),
         keep_on_failure=_flag(*pick("keep_on_failure")[::2]),
         review_id=_optional_text(handoff.get("review_id"), "handoff key 'review_id'"),
         timeouts=_timeouts(cli, handoff.get("timeouts")),

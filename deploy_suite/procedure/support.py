@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from deploy_suite import clock, yamlio
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.constants import LABEL_JOB_NAME
 from deploy_suite.errors import Forbidden, KubeError, StepFailure, WaitTimeout
+from deploy_suite.judges import jobs
 from deploy_suite.procedure import waits
 from deploy_suite.procedure.retire import Progress, quiet
 from deploy_suite.procedure.runstate import RunState
@@ -80,8 +81,10 @@ def names_of(docs: Sequence[Any], kind: str) -> list[str]:
 
 def wait_pvcs_bound(kube: Kube, namespace: str, names: Sequence[str], timeout: float,
                     on_progress: Progress = quiet) -> None:
+    """Each claim Bound; its provisioner's final word (a class that does not exist, an access mode
+    refused) stops the wait at once, blocked with the claim's class (:class:`waits.ClaimBound`)."""
     for name in names:
-        kube.wait(waits.pvc_bound(namespace, name), timeout=timeout, on_progress=on_progress)
+        kube.wait(waits.ClaimBound(namespace, name), timeout=timeout, on_progress=on_progress)
 
 
 def binding_modes(kube: Kube, namespace: str, names: Sequence[str]) -> dict[str, str | None]:
@@ -113,33 +116,67 @@ def immediate_claims(kube: Kube, namespace: str, names: Sequence[str], unread: l
     return [name for name, mode in modes.items() if mode not in {None, "WaitForFirstConsumer"}]
 
 
-def run_job(kube: Kube, namespace: str, job: str, kind: str, timeout: float, logs_dir: Path,
+class Bounds(NamedTuple):
+    """A support Job's bounds: the Job's own, and a claim its pod waits on (still being bound)."""
+
+    job_s: float
+    claim_s: float = 600.0
+
+
+def run_job(kube: Kube, namespace: str, job: str, kind: str, bounds: Bounds, logs_dir: Path,
             on_progress: Progress = quiet) -> JobResult:
-    """Wait for a Job (:class:`waits.JobComplete`); a failed one fails fast with its pod's
-    last log lines kept under logs/."""
+    """Wait for a Job (:class:`waits.JobComplete`; a pod held on claims still being bound waits up
+    to ``bounds.claim_s``); a failed one fails fast with its pod's last log lines kept under logs/
+    and its cause named from them (:func:`named_failure`)."""
     started = clock.monotonic()
     try:
-        kube.wait(waits.JobComplete(kube, namespace, job, kind), timeout=timeout, on_progress=on_progress)
+        kube.wait(waits.JobComplete(kube, namespace, job, kind, bounds.claim_s), timeout=bounds.job_s,
+                  on_progress=on_progress)
     except StepFailure as exc:
-        if exc.category != "job-failed":
+        if exc.category != FailureCategory.JOB_FAILED:
             raise
-        excerpt = _job_logs(kube, namespace, job, logs_dir)
-        raise StepFailure(f"{exc}; last log lines: {excerpt[-600:] or 'none'}", exc.category, exc.evidence,
-                          log_excerpt=excerpt) from exc
+        raise named_failure(kube, namespace, job, kind, exc, logs_dir) from exc
     except WaitTimeout as exc:
         raise StepFailure(f"{kind} job {job} timed out: {exc}", category=FailureCategory.JOB_TIMEOUT) from exc
     return JobResult(kind, job, "Complete", ["Complete"], round(clock.monotonic() - started, 3),
                      completed_at=clock.iso_now())
 
 
-def _job_logs(kube: Kube, namespace: str, job: str, logs_dir: Path, lines: int = 40) -> str:
+# The parties a failed Job's pods can name (a dependency, the platform): the step blocks with that
+# class, not the Job's own (docs/procedure.md, step 4).
+_PARTIES = frozenset({TriageCategory.DEPENDENCY, TriageCategory.PLATFORM})
+
+
+def named_failure(kube: Kube, namespace: str, job: str, kind: str, exc: StepFailure, logs_dir: Path) -> StepFailure:
+    """A failed Job's StepFailure with its cause named from its pods' words (:func:`jobs.triage_job`):
+    a full disk is the platform's, a token or a cache the pod may not write a dependency (the step
+    blocks with that class); anything else stays the Job's own failure (class ``job``)."""
+    pods, excerpt = _job_logs(kube, namespace, job, logs_dir)
+    cause = jobs.triage_job(job, kube.get_or_none("Job", job, namespace) or _failed(exc), pods,
+                            {str(p["metadata"]["name"]): {"": excerpt.splitlines()} for p in pods[:1]})
+    if cause is None or cause.category not in _PARTIES:
+        return StepFailure(f"{exc}; last log lines: {excerpt[-600:] or 'none'}", exc.category, exc.evidence,
+                           log_excerpt=excerpt)
+    return StepFailure(f"{kind} job {job} failed: {cause.diagnosis}; last log lines: {excerpt[-600:] or 'none'}",
+                       cause.category, [*exc.evidence, *cause.evidence[1:]], log_excerpt=excerpt)
+
+
+def _failed(exc: StepFailure) -> Obj:
+    """A Job seen Failed by its wait, when it can no longer be read (deleted since)."""
+    return {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "Failed",
+                                       "message": " ".join(exc.evidence)}]}}
+
+
+def _job_logs(kube: Kube, namespace: str, job: str, logs_dir: Path, lines: int = 40) -> tuple[list[Obj], str]:
+    """The Job's pods, newest first, and the newest one's last log lines (redacted, kept under logs/)."""
     try:
-        pods, _ = kube.list_items("Pod", namespace, label_selector=f"{LABEL_JOB_NAME}={job}")
+        found, _ = kube.list_items("Pod", namespace, label_selector=f"{LABEL_JOB_NAME}={job}")
     except KubeError:
-        return ""
-    if not pods:
-        return ""
-    pod: Obj = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))[-1]
+        return [], ""
+    if not found:
+        return [], ""
+    pods: list[Obj] = sorted(found, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True)
+    pod = pods[0]
     try:
         text = kube.pod_log(pod["metadata"]["name"], namespace, tail=lines)
     except KubeError as exc:
@@ -148,7 +185,7 @@ def _job_logs(kube: Kube, namespace: str, job: str, logs_dir: Path, lines: int =
     text = redact(text)
     logs_dir.mkdir(parents=True, exist_ok=True)  # logs/ exists only when a failure log is kept
     (logs_dir / f"job-{job}.log").write_text(text)
-    return text.strip()
+    return pods, text.strip()
 
 
 def support(run: RunState, kube: Kube) -> Support:
@@ -174,8 +211,8 @@ def support(run: RunState, kube: Kube) -> Support:
         bound = t.job_download_s if kind != "model-validate" else t.job_validate_s
         for job in names_of(docs, "Job"):
             try:
-                out.jobs.append(run_job(kube, run.namespace, job, kind, bound, run.deploy_root / "logs",
-                                        on_progress=run.progress))
+                out.jobs.append(run_job(kube, run.namespace, job, kind, Bounds(bound, t.pvc_bound_s),
+                                        run.deploy_root / "logs", on_progress=run.progress))
             except StepFailure as exc:
                 out.failure = {"step": "step4_support_manifests", "job": job, "message": str(exc),
                                "log_excerpt": exc.log_excerpt[-2000:],

@@ -26,58 +26,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy_suite import clock
 from deploy_suite.access.kube import DGD, Kube, Obj
 from deploy_suite.constants import (
     DGD_GROUP,
     DGD_KIND,
     DGD_PLURAL,
-    GPU_RESOURCE,
-    GPU_TAINT_KEY,
 )
 from deploy_suite.errors import Forbidden, NotFound, StepBlocked
 from deploy_suite.judges import placement, sku
+from deploy_suite.judges.ownership import LedgerName
 from deploy_suite.model import knobs
 from deploy_suite.model.dgd import Dgd, from_documents
 from deploy_suite.model.files import sha256_file
 from deploy_suite.model.references import image_tag, referenced_claims, referenced_secrets, walk
-from deploy_suite.model.scheduling import BLOCKING_TAINT_EFFECTS, Taint
 from deploy_suite.model.workload import contract_dgd_candidates
 from deploy_suite.procedure import capacity as capacity_gate
-from deploy_suite.procedure import dryrun, owner, platform
+from deploy_suite.procedure import compat, dryrun, owner, platform
+from deploy_suite.procedure.compat import Finding, Patch
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import budget, experiment, resume
-from deploy_suite.record.ledger import Ledger, atomic_write_text
+from deploy_suite.record.ledger import Ledger
 from deploy_suite.vocab import BlockerClass
-from deploy_suite.yamlio import dump_all, load_all
+from deploy_suite.yamlio import load_all
 
 DGD_CRD = f"{DGD_PLURAL}.{DGD_GROUP}"
 STEP = "step2_validate"
 # Image tags that are clearly not a release: unresolved templating or documentation placeholders.
 _PLACEHOLDER_TAG = re.compile(r"(\$\{?[A-Za-z_]+\}?|<[^>]*>|^my-tag$|^your-tag$|^TAG$|^tag$|^placeholder$)")
-_PLACEHOLDER_CLASS = re.compile(r"(\$\{?[A-Za-z_]+\}?|<[^>]*>|your-storage-class|storage-class-name|changeme|^$)",
-                                re.IGNORECASE)
-
-
-@dataclass
-class Finding:
-    category: BlockerClass
-    message: str
-    fix: str = ""
-
-    def as_dict(self, step: str) -> dict[str, str]:
-        return {"step": step, "class": self.category, "message": self.message, "fix": self.fix}
-
-
-@dataclass
-class Patch:
-    file: str
-    change: str
-    reason: str
-    at: str = field(default_factory=clock.iso_now)
-
-    def as_dict(self) -> dict[str, str]:
-        return {"file": self.file, "change": self.change, "reason": self.reason, "at": self.at}
 
 
 @dataclass
@@ -127,10 +102,6 @@ def _rel(path: Path, root: Path) -> str:
 
 def _load_docs(path: Path, display: str) -> list[Obj]:
     return [d for d in load_all(path, display, "fix the manifest syntax") if d]
-
-
-def _dump_docs(path: Path, docs: list[Obj]) -> None:
-    atomic_write_text(path, dump_all(docs))
 
 
 class Validator:
@@ -240,76 +211,17 @@ class Validator:
         return None
 
     def compatibility_patches(self, dgd: Dgd, docs: dict[str, list[Obj]]) -> None:
-        """Cluster-only fixes to the run-scoped copies; never engine args, GPUs, replicas, routing."""
-        classes = self._class_names()
-        wanted = str((self.inp.workload.get("kubernetes") or {}).get("storage_class") or "")
-        paths = {"deploy": self.inp.deploy_path, **self.inp.support_paths}
-        for kind, kind_docs in docs.items():
-            changed = False
-            for doc in kind_docs:
-                if doc.get("kind") != "PersistentVolumeClaim":
-                    continue
-                spec = doc.setdefault("spec", {})
-                current = spec.get("storageClassName")
-                if current is None:
-                    continue  # the cluster's default class applies, as written
-                placeholder = bool(_PLACEHOLDER_CLASS.search(str(current)))
-                absent = classes is not None and current not in classes
-                if not (placeholder or absent):
-                    continue
-                name = doc["metadata"]["name"]
-                if wanted and (classes is None or wanted in classes):
-                    spec["storageClassName"] = wanted
-                    changed = True
-                    why = "is a placeholder" if placeholder else f"does not exist on {self.kube.context}"
-                    self.report.patches.append(Patch(
-                        _rel(paths[kind], self.inp.display_root),
-                        f"PersistentVolumeClaim/{name}: storageClassName {current!r} -> {wanted!r}",
-                        f"storage class {current!r} {why}; kubernetes.storage_class from user_workload.yaml is used"))
-                else:
-                    self.report.block(BlockerClass.STORAGE_CLASS, f"PVC {name} in {kind}.yaml names storage class "
-                                      f"{current!r}, which {'is a placeholder' if placeholder else 'does not exist'}",
-                                      "set kubernetes.storage_class in user_workload.yaml (or pass --storage-class) "
-                                      "to a storage class of the target cluster")
-            if changed:
-                _dump_docs(paths[kind], kind_docs)
-        self._gpu_taint_toleration(dgd, docs)
-
-    def _gpu_taint_toleration(self, dgd: Dgd, docs: dict[str, list[Obj]]) -> None:
-        """When every GPU node carries the standard GPU taint, GPU pods need its toleration; it is
-        the one toleration added, and only for that key (never another tenant's reservation)."""
-        if not self.nodes:
-            return
-        gpu_nodes = [n for n in self.nodes if int(str((n.get("status") or {}).get("allocatable", {})
-                                                       .get(GPU_RESOURCE, "0")) or 0) > 0]
-        gpu_taints = {Taint(key=t.get("key", ""), value=t.get("value", ""), effect=t.get("effect", ""))
-                      for n in gpu_nodes for t in (n.get("spec") or {}).get("taints") or []
-                      if t.get("key") == GPU_TAINT_KEY and t.get("effect") in BLOCKING_TAINT_EFFECTS}
-        every_node_tainted = all(any(t.get("key") == GPU_TAINT_KEY and t.get("effect") in BLOCKING_TAINT_EFFECTS
-                                     for t in (n.get("spec") or {}).get("taints") or []) for n in gpu_nodes)
-        if not gpu_nodes or not gpu_taints or not every_node_tainted:
-            return
-        needing = [c for c in dgd.components if c.gpus_per_pod > 0 and not all(
-            any(tol.tolerates(taint) for tol in c.tolerations) for taint in gpu_taints)]
-        if not needing:
-            return
-        # One toleration per effect the GPU taint carries here (NoSchedule and/or NoExecute).
-        effects = sorted({t.effect for t in gpu_taints})
-        tolerations = [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": e} for e in effects]
-        for doc in docs["deploy"]:
-            if doc.get("kind") != DGD_KIND:
-                continue
-            for comp in needing:
-                pod_spec = _component_pod_spec(doc, comp.name)
-                if pod_spec is not None:
-                    pod_spec.setdefault("tolerations", []).extend(dict(t) for t in tolerations)
-                    self.report.patches.append(Patch(
-                        _rel(self.inp.deploy_path, self.inp.display_root),
-                        f"component {comp.name}: add toleration {GPU_TAINT_KEY} (operator Exists) for effect(s) "
-                        f"{', '.join(effects)}",
-                        f"every GPU node of {self.kube.context} carries the GPU taint {GPU_TAINT_KEY}; "
-                        "the pods could never schedule without it"))
-        _dump_docs(self.inp.deploy_path, docs["deploy"])
+        """Cluster-only fixes the cluster's own objects justify, in the run-scoped copies, recorded
+        (``deploy_suite.procedure.compat``)."""
+        out = compat.Patcher(self.kube, self.inp.namespace, self.inp.workload, self.storage_classes,
+                             self.nodes).patch(dgd, docs, {"deploy": self.inp.deploy_path, **self.inp.support_paths},
+                                               self.inp.display_root)
+        rep = self.report
+        rep.patches += out.patches
+        rep.blockers += out.blockers
+        rep.warnings += out.warnings
+        rep.limitations += out.limitations
+        self.ev.update(out.evidence)
 
     def dry_run(self, docs: dict[str, list[Obj]]) -> None:
         """Every document; the DGD as the create step 5 will make (``deploy_suite.procedure.dryrun``)."""
@@ -366,10 +278,6 @@ class Validator:
                                   "or create the PVC")
             else:
                 state[claim] = f"exists ({(pvc.get('status') or {}).get('phase', 'unknown')})"
-        for p in dgd.pvcs:
-            if p.create and not p.storage_class and self._default_class() is None and self.storage_classes is not None:
-                self.report.block(BlockerClass.STORAGE_CLASS, f"spec.pvcs {p.name} is created by the operator without "
-                                  "a storage class and the cluster has no default", "set storageClass on the pvc")
         self.ev["pvcs"] = state
 
     def check_images(self, docs: dict[str, list[Obj]]) -> None:
@@ -412,8 +320,11 @@ class Validator:
             targets.setdefault(self.inp.retiring, "step 3 would delete it as the previous iteration's")
         seen = []
         for (ns, name), what in targets.items():
+            # The DGD step 3 retires is the experiment's when its ledger names it exactly, whoever applied it.
+            named = LedgerName(name, ns, self.kube.context, self.inp.retiring_uid) \
+                if (ns, name) == self.inp.retiring else None
             try:
-                found = owner.check(self.kube, ns, name)
+                found = owner.check(self.kube, ns, name, named)
             except Forbidden:
                 self.report.block(BlockerClass.OWNERSHIP, f"DGD {ns}/{name}: get forbidden, so who created it is "
                                   "unknown", "grant get on dynamographdeployments in the namespace")
@@ -487,7 +398,7 @@ class Preflight:
         step (:meth:`blocked`) and is recorded with it."""
         rep = self.report
         for patch in rep.patches:
-            ledger.add_patch(patch.file, patch.change, patch.reason)
+            ledger.add_patch(patch.as_dict())
         ledger.set_copy_sha256(self.copy_sha256)
         for limitation in rep.limitations:
             ledger.add_limitation(limitation)
@@ -556,10 +467,26 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
     for category, message, fix in spent.blockers:
         report.block(category, message, fix)
     report.limitations.extend(spent.limitations)  # a budget that cannot be counted: never a dead end
+    copies = {kind: sha256_file(path) for kind, path in run.manifests.items()}
+    unchanged = _unchanged_retry(run.carried.last_failure, copies, run.settings.retry_reason)
+    if unchanged is not None:
+        report.block(BlockerClass.INPUT, *unchanged)
     result = Preflight(report, run.settings.served_model or report.served_model, report.frontend_service,
-                       live_names, run.current or STEP, spent.as_dict(),
-                       {kind: sha256_file(path) for kind, path in run.manifests.items()})
+                       live_names, run.current or STEP, spent.as_dict(), copies)
     stop = result.blocked()
     if stop is not None:
         raise stop
     return result
+
+
+def _unchanged_retry(last: Mapping[str, Any] | None, copies: Mapping[str, str],
+                     retry_reason: str | None) -> tuple[str, str] | None:
+    """The procedure's "do not loop blindly": after a failed attempt, the same copies (after every
+    patch this run made) are deployed again only with a reason naming a fix made on the cluster."""
+    if last is None or retry_reason or dict(last.get("manifests") or {}) != dict(copies):
+        return None
+    return (f"the run-scoped copies are those of the failed attempt of {last.get('at')} "
+            f"({last.get('diagnosis')}); retry only after a concrete fix",
+            "hand over a Kubernetes-only fix with --compat-patch FILE, or, after fixing the cluster itself, pass "
+            "--retry-reason TEXT naming that fix; a change to the candidate is a new candidate")
+

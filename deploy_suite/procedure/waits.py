@@ -22,7 +22,7 @@ from deploy_suite.access.resources import DGD, Obj
 from deploy_suite.access.watch import Judge, Seen, Watch
 from deploy_suite.constants import LABEL_DGD_NAME, LABEL_JOB_NAME
 from deploy_suite.errors import Forbidden, KubeError
-from deploy_suite.judges import conditions, operator_status, signatures, triage, waiting
+from deploy_suite.judges import claims, conditions, operator_status, signatures, triage, waiting
 from deploy_suite.judges.conditions import DgdStatus, gpus_of, milestones, stop, unschedulable
 from deploy_suite.judges.membership import pod_ready
 from deploy_suite.judges.triage import Verdict  # DgdReady has a field named triage
@@ -85,6 +85,33 @@ def pvc_bound(namespace: str, name: str) -> Named:
         return phase == "Bound", f"pvc/{name} phase={phase}"
 
     return Named(f"pvc/{name} Bound", {"pvc": Watch("PersistentVolumeClaim", namespace, name)}, judge)
+
+
+class ClaimBound:
+    """A claim ``Bound`` (step 4), its events judged as they come (:func:`claims.triage_claim`): a
+    final word of its provisioner or the PV controller (a StorageClass that does not exist, an
+    access mode refused) stops the wait at once (:func:`conditions.claim_stop`); a volume being made
+    is waited for within the wait's own bound."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.awaited = f"pvc/{name} Bound"
+        self.watches = {"pvc": Watch("PersistentVolumeClaim", namespace, name),
+                        "events": Watch("Event", namespace, field_selector=f"involvedObject.kind=PersistentVolumeClaim,"
+                                                                           f"involvedObject.name={name}")}
+
+    def __call__(self, seen: Seen) -> tuple[bool, str]:
+        pvc = seen["pvc"].get(f"{self.namespace}/{self.name}")
+        phase = ((pvc or {}).get("status") or {}).get("phase")
+        if phase == "Bound":
+            return True, f"pvc/{self.name} phase=Bound"
+        events = list(seen["events"].values())
+        verdict = claims.triage_claim(self.name, pvc, events)
+        if verdict is not None and not verdict.can_wait:
+            conditions.claim_stop(verdict, events)
+        said = f": {' '.join(verdict.diagnosis.split())}" if verdict is not None else ""
+        return False, f"pvc/{self.name} phase={phase}{said}"
 
 
 class PendingTriage:
@@ -224,22 +251,70 @@ class SignReads:
         return self._line[2]
 
 
-class JobComplete:
-    """A Job's ``Complete`` condition (:func:`conditions.judge_job`), its pending pods triaged."""
+# A pod held on its unbound claims reads them (and their events) again at most this often.
+CLAIM_EVERY_S = 5.0
 
-    def __init__(self, kube: Kube, namespace: str, job: str, kind: str) -> None:
+
+class JobComplete:
+    """A Job's ``Complete`` condition (:func:`conditions.judge_job`), its pending pods triaged. A pod
+    the scheduler holds on its unbound claims waits as long as they are still being bound or
+    provisioned, within ``claim_bound_s`` (:func:`claims.claim_wait`); a claim's final word stops
+    the wait at once with the claim's class (:func:`conditions.claim_stop`)."""
+
+    def __init__(self, kube: Kube, namespace: str, job: str, kind: str, claim_bound_s: float = 600.0) -> None:
+        self.kube = kube
         self.namespace = namespace
         self.job = job
         self.kind = kind
+        self.claim_bound_s = claim_bound_s
         self.awaited = f"job/{job} Complete"
         self.watches = {"job": Watch("Job", namespace, job),
                         "pods": Watch("Pod", namespace, label_selector=f"{LABEL_JOB_NAME}={job}")}
         self.triage = PendingTriage(kube, namespace)
+        # Pods held on their claims: since when, the scheduler's verdict; the claims' last reading.
+        self._held: dict[str, tuple[float, Verdict]] = {}
+        self._read: dict[str, tuple[float, Verdict]] = {}
 
     def __call__(self, seen: Seen) -> tuple[bool, str]:
         obj = seen["job"].get(f"{self.namespace}/{self.job}") or {}
         # Lazy: the pods are triaged (their events read) only when the Job itself has not failed.
-        return conditions.judge_job(self.job, self.kind, obj, map(self.triage.verdict, seen["pods"].values()))
+        return conditions.judge_job(self.job, self.kind, obj, map(self.verdict, seen["pods"].values()))
+
+    def verdict(self, pod: Obj) -> Verdict | None:
+        """The pod's verdict; on unbound claims, the claims' own (read at most every CLAIM_EVERY_S)."""
+        name = str(pod["metadata"]["name"])
+        said = self.triage.verdict(pod)
+        if claims.waits_on_claims(said) and said is not None:
+            self._held[name] = (self._held.get(name, (clock.monotonic(), said))[0], said)
+        elif said is not None or unschedulable(pod) is None:
+            self._held.pop(name, None)
+            return said
+        if name not in self._held:
+            return said
+        since, scheduler = self._held[name]
+        now = clock.monotonic()
+        read_at, judged = self._read.get(name, (None, None))
+        if read_at is None or judged is None or now - read_at >= CLAIM_EVERY_S:
+            judged = self._claims(pod, scheduler)
+            self._read[name] = (now, judged)
+        if judged.can_wait and now - since >= self.claim_bound_s:
+            return Verdict(TriageCategory.DEPENDENCY, f"{judged.diagnosis}; not bound within {self.claim_bound_s:.0f}s:"
+                           " fix the storage class or its provisioner (waiting longer does not help)", judged.evidence)
+        return judged
+
+    def _claims(self, pod: Obj, scheduler: Verdict) -> Verdict:
+        held: dict[str, tuple[Obj | None, Sequence[Obj]]] = {}
+        try:
+            for claim in claims.claims_of(pod):
+                held[claim] = (self.kube.get_or_none("PersistentVolumeClaim", claim, self.namespace),
+                               self.kube.events_for(claim, self.namespace, "PersistentVolumeClaim"))
+        except KubeError as exc:  # no answer now: the claims are read again at the next look
+            return Verdict(TriageCategory.PROVISIONING, f"its claims could not be read ({exc}): waiting",
+                           list(scheduler.evidence), can_wait=True)
+        judged = claims.claim_wait(scheduler, held)
+        if not judged.can_wait and judged is not scheduler:  # the claim's own final word, not a missing claim
+            conditions.claim_stop(judged, [e for _, events in held.values() for e in events])
+        return judged
 
 
 # ---------------------------------------------------------------------------- readiness

@@ -348,11 +348,10 @@ class Ledger:
             {"command": record.command, "kind": record.kind, "at": record.at, "outcome": record.outcome}
         )
 
-    def add_patch(self, file: str, change: str, reason: str, **where: Any) -> None:
-        """``file`` is EXP_ROOT-relative (the run-scoped copy that was changed in place); ``where``:
-        optionally ``document`` (0-based), ``pointer`` (RFC 6901 inside it), ``before``, ``after``."""
-        self.data["patches"].append({"file": file, "change": change, "reason": reason, "at": clock.iso_now(),
-                                     **where})
+    def add_patch(self, entry: Mapping[str, Any]) -> None:
+        """A compatibility patch (``file`` EXP_ROOT-relative: the run-scoped copy changed in place;
+        ``change``, ``reason``, ``at``, and its JSON-pointer ``changes``, ``evidence`` and ``source``)."""
+        self.data["patches"].append(dict(entry))
 
     def add_blocker(self, step: str, category: BlockerClass, message: str, fix: str) -> None:
         """Idempotent: a result that records its blockers and the plugin that records the blocker
@@ -381,8 +380,12 @@ class Ledger:
 
     def add_failed_attempt(self, step: str, category: str, evidence: Any, diagnosis: str) -> None:
         """Append-only: counts against the failed-deploy budget even if a retry succeeds."""
+        # The copies it ran with: a rerun of the same copies after the same diagnosis is refused in step 2.
+        copies = {m["type"]: m["sha256"] for m in self.data.get("applied_manifests") or []
+                  if isinstance(m, Mapping) and "type" in m and "sha256" in m}
         self.data["failed_attempts"].append(
-            {"at": clock.iso_now(), "step": step, "category": category, "evidence": evidence, "diagnosis": diagnosis}
+            {"at": clock.iso_now(), "step": step, "category": category, "evidence": evidence, "diagnosis": diagnosis,
+             "manifests": copies}
         )
 
     def add_reapply(self, entry: Mapping[str, Any]) -> None:

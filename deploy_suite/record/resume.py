@@ -179,13 +179,17 @@ class Carried:
     applied_dgd: Mapping[str, Any] | None = None
     retired_previous: Mapping[str, Any] | None = None
     allocations: Allocations = field(default_factory=Allocations)
+    # The last failed attempt of this iteration: its diagnosis and the copies' SHA-256 it ran with.
+    last_failure: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, earlier: Mapping[str, Any] | None) -> Carried:
         earlier = earlier or {}
         applied, retired = earlier.get("applied_dgd"), earlier.get("retired_previous")
+        attempts = [a for a in earlier.get("failed_attempts") or [] if isinstance(a, Mapping)]
         return cls(dict(applied) if isinstance(applied, Mapping) else None,
-                   dict(retired) if isinstance(retired, Mapping) else None, Allocations.of(earlier))
+                   dict(retired) if isinstance(retired, Mapping) else None, Allocations.of(earlier),
+                   dict(attempts[-1]) if attempts else None)
 
     @property
     def uid(self) -> str | None:

@@ -25,9 +25,9 @@ from deploy_suite.access.kube import DGD, Kube, Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.constants import LABEL_COMPONENT_TYPE
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, refresh, set_line, stage_candidate
-from deploy_suite.offline import faults
-from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.record import ledger
+from deploy_suite_offline import faults
+from deploy_suite_offline.cluster import OfflineCluster
 from tests import support
 from tests.support import SuiteRun, outcomes
 

@@ -4,7 +4,7 @@ Every test plays the cluster admin (a fresh namespace and ``hf-token-secret``), 
 experiment whose workload names the offline cluster's context ``offline-<name>`` and that
 namespace (hashes recomputed), then runs ``python -m pytest --iter=N --handoff=... --kubeconfig=...``
 from the checkout root in a subprocess. Faults come from the cluster's own switches: kwok Stages
-(:mod:`deploy_suite.offline.faults`) and the operator simulator's serving-fault ConfigMap. Every
+(:mod:`deploy_suite_offline.faults`) and the operator simulator's serving-fault ConfigMap. Every
 ledger a test produces is validated against the schema (``SuiteRun.ledger`` and the teardown of
 the ``target`` fixture).
 
@@ -38,12 +38,12 @@ from deploy_suite.access.watch import Watch
 from deploy_suite.errors import WaitTimeout
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
 from deploy_suite.model.dgd import load_dgd
-from deploy_suite.offline import faults
-from deploy_suite.offline.cluster import OfflineCluster
-from deploy_suite.offline.operator_sim.serving import FAULTS_CONFIGMAP
 from deploy_suite.procedure import readiness, smoke
 from deploy_suite.procedure.settings import Timeouts
 from deploy_suite.record import ledger
+from deploy_suite_offline import faults
+from deploy_suite_offline.cluster import OfflineCluster
+from deploy_suite_offline.operator_sim.serving import FAULTS_CONFIGMAP
 from tests import support
 from tests.support import SuiteRun, outcomes, step
 from tests.support.pages import assert_experiment, keep, open_experiment
@@ -496,10 +496,22 @@ def test_unbound_pvc_stops_step6_with_a_dependency_diagnosis(target: Target) -> 
         target.kube.delete("StorageClass", storage_class)
 
 
-def test_failed_download_job_fails_step4_fast_and_keeps_its_last_log_lines(
-        target: Target, kwok_fault: Callable[[faults.Fault], None]) -> None:
-    crash_text = ("Fetching 10 files\nhuggingface_hub.errors.GatedRepoError: 401 Client Error for "
-                  "https://huggingface.co/Qwen/Qwen3-0.6B\nE2E-MARKER: download aborted\n")
+# A failed download Job's cause named from its pod's log (issue 29): the hub's gated repository is a
+# dependency (the token), a full disk the platform's, words no rule reads the Job's own (class job).
+JOB_CAUSES = {
+    "gated": ("huggingface_hub.errors.GatedRepoError: 401 Client Error for https://huggingface.co/Qwen/Qwen3-0.6B",
+              "dependency", "gated-model"),
+    "disk-full": ("OSError: [Errno 28] No space left on device: '/model-store/hub/models--Qwen--Qwen3-0.6B'",
+                  "platform", "disk-full"),
+    "unread": ("KeyError: 'MODEL_REVISION'", "job", ""),
+}
+
+
+@pytest.mark.parametrize("cause", list(JOB_CAUSES))
+def test_failed_download_job_fails_step4_fast_names_its_cause_and_keeps_its_last_log_lines(
+        target: Target, kwok_fault: Callable[[faults.Fault], None], cause: str) -> None:
+    said, blocker, signature = JOB_CAUSES[cause]
+    crash_text = f"Fetching 10 files\n{said}\nE2E-MARKER: download aborted\n"
     log_file = faults.write_cri_log(target.tmp / "download.log", crash_text)
     name = f"e2e-job-{target.namespace}"
     kwok_fault(faults.job_pod_failure(name, faults.by_job("model-download", namespace=target.namespace)))
@@ -514,19 +526,23 @@ def test_failed_download_job_fails_step4_fast_and_keeps_its_last_log_lines(
         run = target.run(exp)
     finally:
         target.kube.delete(target.kube.resource(faults.KWOK_API, "ClusterLogs"), name)
-    # A support Job is not the candidate (never applied): blocked, class job, no failed attempt.
+    # A support Job is not the candidate (never applied): blocked with the class its pod's words name
+    # (a dependency, the platform; else the Job's own), never a failed attempt.
     led = assert_failed_at(run, "step4_support_manifests", status="blocked")
-    assert [b["class"] for b in led["blockers"]] == ["job"] and led["failed_attempts"] == []
+    assert [b["class"] for b in led["blockers"]] == [blocker] and led["failed_attempts"] == []
     # Stops at the Failed condition, not at the 6000 s download bound.
     assert step(led, "step4_support_manifests")["duration_s"] < 60
     log = run.deploy_root / "logs" / "job-model-download.log"
     assert log.is_file()
-    assert "E2E-MARKER: download aborted" in log.read_text() and "GatedRepoError" in log.read_text()
+    assert "E2E-MARKER: download aborted" in log.read_text() and said in log.read_text()
     (diag,) = [d for d in led["diagnostics"] if isinstance(d, dict) and d.get("job")]
     assert diag["job"] == "model-download" and diag["step"] == "step4_support_manifests"
     assert diag["log_file"] == "artifacts/deploy-iter-000/logs/job-model-download.log"
     assert "E2E-MARKER: download aborted" in diag["log_excerpt"] and "E2E-MARKER" in diag["message"]
-    assert "Failed" in diag["message"]
+    assert "Failed" in diag["message"] or "failed (" in diag["message"]
+    if signature:  # the cause is named, with the pod's own line
+        assert signature in diag["message"] and said.split(":")[0] in diag["message"]
+        assert signature in led["blockers"][0]["message"]
     assert target.dgd(SAMPLE_DGD) is None  # never applied
 
 

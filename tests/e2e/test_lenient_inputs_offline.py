@@ -29,7 +29,7 @@ from deploy_suite import yamlio
 from deploy_suite.access.kube import DGD
 from deploy_suite.fixtures.experiments.make_experiment import refresh, stage_candidate
 from deploy_suite.model.files import sha256_file
-from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite_offline.cluster import OfflineCluster
 from deploy_suite.record import ledger
 from tests import support
 from tests.support import outcomes
@@ -156,7 +156,8 @@ def test_an_exported_dgd_and_a_support_manifest_from_the_recipe_checkout_end_rea
         "model-cache": {"path": str(cache.resolve()), "sha256": sources[cache]}}
 
     deploy_copy = "artifacts/deploy-iter-000/applied_manifests/deploy.yaml"
-    by_pointer = {(p["file"], p["pointer"]): p for p in led["patches"] if "pointer" in p}
+    by_pointer = {(p["file"], p["changes"][0]["pointer"]): p for p in led["patches"]
+                  if p.get("changes") and p.get("document")}
     expected = {"/metadata/uid", "/metadata/resourceVersion", "/metadata/generation", "/metadata/creationTimestamp",
                 "/metadata/managedFields", "/metadata/namespace", "/status",
                 "/metadata/annotations/nvidia.com~1workload-provider",
@@ -164,12 +165,16 @@ def test_an_exported_dgd_and_a_support_manifest_from_the_recipe_checkout_end_rea
                 "/metadata/annotations/nvidia.com~1dynamo-operator-origin-version"}
     assert {ptr for file, ptr in by_pointer if file == deploy_copy} == expected
     namespace_patch = by_pointer[(deploy_copy, "/metadata/namespace")]
-    assert (namespace_patch["before"], namespace_patch["after"]) == ("dynamo-prod", target.namespace)
-    assert "kubernetes.namespace" in namespace_patch["reason"]
+    assert namespace_patch["changes"] == [{"op": "replace", "pointer": "/metadata/namespace", "before": "dynamo-prod",
+                                           "after": target.namespace}]
+    assert namespace_patch["document"] == f"DynamoGraphDeployment/{SAMPLE_DGD}"
+    assert "kubernetes.namespace" in namespace_patch["reason"] and namespace_patch["source"] == "automatic"
     provider = by_pointer[(deploy_copy, "/metadata/annotations/nvidia.com~1workload-provider")]
-    assert (provider["before"], provider["after"]) == ("grove", None) and "consts.go" in provider["reason"]
+    assert (provider["changes"][0]["before"], provider["changes"][0]["after"]) == ("grove", None)
+    assert "consts.go" in provider["reason"]
     cache_patch = by_pointer[("artifacts/deploy-iter-000/applied_manifests/model-cache.yaml", "/metadata/namespace")]
-    assert (cache_patch["before"], cache_patch["after"]) == ("dynamo-prod", target.namespace)
+    assert (cache_patch["changes"][0]["before"], cache_patch["changes"][0]["after"]) == ("dynamo-prod",
+                                                                                        target.namespace)
 
     # The cluster: the DGD and the claim in the contract's namespace, created fresh (not the exported uid).
     live = target.kube.get(DGD, SAMPLE_DGD, target.namespace)

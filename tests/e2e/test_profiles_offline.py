@@ -18,9 +18,9 @@ from deploy_suite import yamlio
 from deploy_suite.access.kube import DGD
 from deploy_suite.errors import KubeError
 from deploy_suite.fixtures.experiments.make_experiment import stage_candidate
-from deploy_suite.offline import procs
-from deploy_suite.offline.cluster import CONTROLLERS
-from deploy_suite.offline.operator_sim.profiles import PROFILES
+from deploy_suite_offline import procs
+from deploy_suite_offline.cluster import CONTROLLERS
+from deploy_suite_offline.operator_sim.profiles import PROFILES
 from tests import support
 from tests.support import outcomes
 from tests.support.targets import Target

@@ -25,9 +25,9 @@ import pytest
 from deploy_suite.access.kube import DGD, Obj
 from deploy_suite.fixtures.experiments.make_experiment import SAMPLE_ROOT, Experiment, stage_candidate
 from deploy_suite.judges import conditions
-from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.plugins.ledger import KILL_ENV
 from deploy_suite.record import ledger
+from deploy_suite_offline.cluster import OfflineCluster
 from tests import support
 from tests.support import SuiteRun, Target
 

@@ -25,7 +25,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
-from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite_offline.cluster import OfflineCluster
 from tests import support
 from tests.support import SuiteRun
 

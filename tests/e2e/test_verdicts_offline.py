@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from deploy_suite.offline.operator_sim.profiles import DEFAULT_PROFILE, PROFILES
+from deploy_suite_offline.operator_sim.profiles import DEFAULT_PROFILE, PROFILES
 from tests import support
 from tests.support import verdicts
 from tests.support.targets import Target

@@ -14,7 +14,7 @@ import yaml
 from deploy_suite.access.kube import Kube, Obj, Resource
 from deploy_suite.access.watch import Watch
 from deploy_suite.constants import LABEL_DGD_NAME
-from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite_offline.cluster import OfflineCluster
 
 DATA = Path(__file__).with_name("data")
 ALPHA = Resource("nvidia.com", "v1alpha1", "dynamographdeployments", True, "DynamoGraphDeployment")

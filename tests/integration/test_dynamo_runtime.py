@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from deploy_suite.offline import faultproxy
-from deploy_suite.offline.dynamo_env import DynamoEnv, ensure_dynamo_env
-from deploy_suite.offline.dynamo_runtime import Serving, load_serving, parse_instance_ids, start_serving, stop_all
-from deploy_suite.offline.errors import ClusterError
+from deploy_suite_offline import faultproxy
+from deploy_suite_offline.dynamo_env import DynamoEnv, ensure_dynamo_env
+from deploy_suite_offline.dynamo_runtime import Serving, load_serving, parse_instance_ids, start_serving, stop_all
+from deploy_suite_offline.errors import ClusterError
 
 pytestmark = pytest.mark.slow
 

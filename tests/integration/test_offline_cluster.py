@@ -17,8 +17,8 @@ import pytest
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.errors import StepFailure
-from deploy_suite.offline import binaries, procs
-from deploy_suite.offline.cluster import OfflineCluster, workdir
+from deploy_suite_offline import binaries, procs
+from deploy_suite_offline.cluster import OfflineCluster, workdir
 
 pytestmark = pytest.mark.cluster
 CLI = [sys.executable, "-m", "deploy_suite.cli"]

@@ -14,8 +14,8 @@ import pytest
 
 from deploy_suite.access.kube import Kube
 from deploy_suite.errors import KubeError
-from deploy_suite.offline import procs
-from deploy_suite.offline.cluster import CONTROLLERS, OfflineCluster
+from deploy_suite_offline import procs
+from deploy_suite_offline.cluster import CONTROLLERS, OfflineCluster
 from tests.integration.replica import ALPHA, BETA, manifest, namespace, session_cluster, wait_state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -14,8 +14,8 @@ import pytest
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.errors import WaitTimeout
-from deploy_suite.offline import faults
-from deploy_suite.offline.operator_sim.components import worker_hash
+from deploy_suite_offline import faults
+from deploy_suite_offline.operator_sim.components import worker_hash
 from tests.integration.replica import BETA, DCD, manifest, pods_of, ready_condition, wait_state
 from tests.integration.test_operator_sim import chat, forward
 

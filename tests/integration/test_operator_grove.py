@@ -16,9 +16,9 @@ import pytest
 
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.access.watch import Watch
-from deploy_suite.offline.cluster import OfflineCluster
-from deploy_suite.offline.kai import KAI_PODGROUP
-from deploy_suite.offline.operator_sim.grove import PCLQ, PCS, PCSG, PODGANG
+from deploy_suite_offline.cluster import OfflineCluster
+from deploy_suite_offline.kai import KAI_PODGROUP
+from deploy_suite_offline.operator_sim.grove import PCLQ, PCS, PCSG, PODGANG
 from tests.integration.replica import BETA, manifest, namespace, pods_of, ready_condition, session_cluster, wait_state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

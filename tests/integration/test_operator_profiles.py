@@ -17,10 +17,10 @@ import pytest
 from deploy_suite.access.kube import Kube
 from deploy_suite.access.watch import Watch
 from deploy_suite.errors import InputError, KubeError
-from deploy_suite.offline import procs
-from deploy_suite.offline.cluster import CONTROLLERS, OfflineCluster
-from deploy_suite.offline.errors import ClusterError
-from deploy_suite.offline.operator_sim.components import worker_hash
+from deploy_suite_offline import procs
+from deploy_suite_offline.cluster import CONTROLLERS, OfflineCluster
+from deploy_suite_offline.errors import ClusterError
+from deploy_suite_offline.operator_sim.components import worker_hash
 from tests.integration.replica import (
     ALPHA,
     BETA,

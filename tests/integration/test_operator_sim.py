@@ -25,11 +25,11 @@ import yaml
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.errors import Invalid, KubeError
-from deploy_suite.offline import faults
-from deploy_suite.offline.cluster import OfflineCluster
-from deploy_suite.offline.operator_sim.components import worker_hash
-from deploy_suite.offline.operator_sim.controller import DGD_BETA
-from deploy_suite.offline.procs import wait_exit
+from deploy_suite_offline import faults
+from deploy_suite_offline.cluster import OfflineCluster
+from deploy_suite_offline.operator_sim.components import worker_hash
+from deploy_suite_offline.operator_sim.controller import DGD_BETA
+from deploy_suite_offline.procs import wait_exit
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 DATA = Path(__file__).with_name("data")

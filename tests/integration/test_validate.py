@@ -30,15 +30,15 @@ from deploy_suite.access.kube import CommandRecord, Kube, Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.constants import GPU_TAINT_KEY
 from deploy_suite.errors import Forbidden
-from deploy_suite.fixtures.cluster import ClusterPool
-from deploy_suite.fixtures.identities import Identity
 from deploy_suite.judges import ownership
 from deploy_suite.model.files import sha256_file
 from deploy_suite.model.references import walk
-from deploy_suite.offline import faults
-from deploy_suite.offline.cluster import OfflineCluster
 from deploy_suite.procedure import support
 from deploy_suite.procedure.validate import DGD_CRD, ValidationInputs, ValidationReport, validate
+from deploy_suite_offline import faults
+from deploy_suite_offline.cluster import OfflineCluster
+from deploy_suite_offline.fixtures.cluster import ClusterPool
+from deploy_suite_offline.fixtures.identities import Identity
 from tests.integration import replica
 from tests.integration.replica import namespace as temp_namespace
 
@@ -52,7 +52,8 @@ CANARY = f"canary-{uuid.uuid4().hex}"
 WORKER = "VllmDecodeWorker"
 H200_NODES = ("h200-0", "h200-1")
 RESERVED_TAINT = "example.com/reserved-for"
-GPU_TOLERATION = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+# Exact: key, value and effect of the taint the GPU nodes carry (never Exists: judges/compat.py).
+GPU_TOLERATION = {"key": GPU_TAINT_KEY, "operator": "Equal", "value": "present", "effect": "NoSchedule"}
 MUTATING_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 
 
@@ -269,7 +270,9 @@ def test_happy_path_passes_every_gate_and_patches_only_the_run_scoped_copy(
     # The storage-class placeholder is resolved in the run-scoped copy only, and recorded.
     [patch] = report.patches
     assert patch.file == staged.rel(staged.support["model-cache"])
-    assert "'your-storage-class-name' -> 'standard'" in patch.change and "model-cache" in patch.change
+    assert patch.changes == [{"op": "add", "pointer": "/spec/storageClassName", "before": "your-storage-class-name",
+                              "after": "standard"}]
+    assert "model-cache" in patch.reason and patch.source == "automatic"
     assert "placeholder" in patch.reason and "kubernetes.storage_class" in patch.reason
     assert yaml.safe_load(staged.support["model-cache"].read_text())["spec"]["storageClassName"] == "standard"
     assert yaml.safe_load(staged.support_sources["model-cache"].read_text()) == model_cache_doc()
@@ -727,9 +730,9 @@ def test_gpu_taint_toleration_is_added_to_gpu_components_only(
     assert patched == doc == yaml.safe_load(staged.source.read_text())
 
     [toleration_patch] = [p for p in report.patches if p.file == staged.rel(staged.deploy)]
-    change = toleration_patch.change
-    assert WORKER in change and GPU_TAINT_KEY in change and "NoSchedule" in change
-    assert GPU_TAINT_KEY in toleration_patch.reason and cluster.context in toleration_patch.reason
+    assert WORKER in toleration_patch.change and f"{GPU_TAINT_KEY}=present:NoSchedule" in toleration_patch.reason
+    assert [c["after"] for c in toleration_patch.changes if c["pointer"].endswith("/tolerations/0")] == [GPU_TOLERATION]
+    assert set(H200_NODES) <= set(toleration_patch.evidence["nodes"])  # every GPU node carries it
     assert {r["result"] for r in report.evidence["dry_run"]} == {"accepted"}  # the patched copy is accepted
     assert outcome(report) == "sufficient"
     assert (report.capacity or {})["placement"][f"{WORKER}-0"] in H200_NODES

@@ -1,4 +1,4 @@
-"""The kind tests share one session cluster (fixtures/kind.py); each test works in its own namespace."""
+"""The kind tests share one session cluster (deploy_suite_offline.fixtures.kind); each test has its own namespace."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from deploy_suite.access.kube import Kube
-from deploy_suite.offline.kind.provider import KindProvider
+from deploy_suite_offline.kind.provider import KindProvider
 from tests.support.targets import Target, admin_target
 
 

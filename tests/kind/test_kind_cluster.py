@@ -1,6 +1,6 @@
 """The kind cluster as the harness sees it: real kubelets, the layout's nodes, real containers.
 
-One session cluster (fixtures/kind.py: pytest-kind's KindCluster with our kind and node image).
+One session cluster (deploy_suite_offline.fixtures.kind: pytest-kind's KindCluster with our kind and node image).
 Marked ``kind``; ``make test`` runs those not also marked ``matrix`` (the kind slice), ``make
 test-all`` and ``make test-kind`` all of them.
 """
@@ -15,10 +15,10 @@ from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.constants import GPU_PRODUCT_LABEL, GPU_RESOURCE
 from deploy_suite.errors import KubeError
-from deploy_suite.offline.kind import docker
-from deploy_suite.offline.kind.config import POOL_NODE_LABEL
-from deploy_suite.offline.kind.nodeimage import TESTBOX
-from deploy_suite.offline.kind.provider import KindProvider
+from deploy_suite_offline.kind import docker
+from deploy_suite_offline.kind.config import POOL_NODE_LABEL
+from deploy_suite_offline.kind.nodeimage import TESTBOX
+from deploy_suite_offline.kind.provider import KindProvider
 
 pytestmark = pytest.mark.kind
 

@@ -9,9 +9,9 @@ import re
 import pytest
 
 from deploy_suite.constants import GPU_PRODUCT_LABEL
-from deploy_suite.offline import pools
-from deploy_suite.offline.errors import ClusterError
-from deploy_suite.offline.kind import config, nodeimage, tools
+from deploy_suite_offline import pools
+from deploy_suite_offline.errors import ClusterError
+from deploy_suite_offline.kind import config, nodeimage, tools
 
 
 def test_one_worker_per_pool_node_and_a_control_plane_all_mounting_the_shared_directory() -> None:

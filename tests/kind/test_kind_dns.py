@@ -1,6 +1,6 @@
 """Cluster DNS on kind: kubeadm's CoreDNS Deployment, from the image built here, answers pods.
 
-The node image holds CoreDNS under the tag kubeadm names (deploy_suite/offline/kind/nodeimage.py),
+The node image holds CoreDNS under the tag kubeadm names (offline/deploy_suite_offline/kind/nodeimage.py),
 so kubeadm's ``addon/coredns`` phase runs; a pod of the default dnsPolicy (ClusterFirst) resolves a
 Service by its full name and by its short name in its own namespace, and reaches it.
 Marked ``kind`` (docs/offline-cluster.md, "The kind provider").
@@ -12,7 +12,7 @@ import pytest
 
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.access.watch import Watch
-from deploy_suite.offline.kind import docker
+from deploy_suite_offline.kind import docker
 from tests.kind.test_kind_cluster import HTTP_SERVER, _pod, wait_pod
 
 pytestmark = pytest.mark.kind

@@ -12,9 +12,9 @@ import pytest
 
 from deploy_suite import clock
 from deploy_suite.access.kube import Kube
-from deploy_suite.offline.dynamo_runtime import _BROKER_SCRIPT
-from deploy_suite.offline.kind.config import POOL_NODE_LABEL
-from deploy_suite.offline.kind.provider import KindProvider
+from deploy_suite_offline.dynamo_runtime import _BROKER_SCRIPT
+from deploy_suite_offline.kind.config import POOL_NODE_LABEL
+from deploy_suite_offline.kind.provider import KindProvider
 from tests.kind.test_kind_cluster import wait_pod
 
 pytestmark = [pytest.mark.kind, pytest.mark.matrix]

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from deploy_suite.offline.kind import docker, dynamo_image
+from deploy_suite_offline.kind import docker, dynamo_image
 
 pytestmark = [pytest.mark.kind]
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy_suite.offline.kind import docker
-from deploy_suite.offline.kind.provider import KindProvider
+from deploy_suite_offline.kind import docker
+from deploy_suite_offline.kind.provider import KindProvider
 from tests.support import outcomes
 from tests.support.targets import Target
 

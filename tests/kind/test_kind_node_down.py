@@ -13,8 +13,8 @@ import pytest
 
 from deploy_suite.access.kube import Obj
 from deploy_suite.access.watch import Watch
-from deploy_suite.offline.kind import docker
-from deploy_suite.offline.kind.provider import KindProvider
+from deploy_suite_offline.kind import docker
+from deploy_suite_offline.kind.provider import KindProvider
 from tests.kind.test_kind_harness import RECIPE, TIMEOUTS
 from tests.kind.test_kind_node_faults import _wait_ready
 from tests.support import outcomes

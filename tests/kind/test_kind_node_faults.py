@@ -9,9 +9,9 @@ import pytest
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.constants import GPU_RESOURCE
-from deploy_suite.offline.kind import docker
-from deploy_suite.offline.kind.config import POOL_NODE_LABEL
-from deploy_suite.offline.kind.provider import KindProvider
+from deploy_suite_offline.kind import docker
+from deploy_suite_offline.kind.config import POOL_NODE_LABEL
+from deploy_suite_offline.kind.provider import KindProvider
 
 pytestmark = [pytest.mark.kind, pytest.mark.matrix]
 

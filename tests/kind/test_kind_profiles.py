@@ -21,8 +21,8 @@ from deploy_suite import yamlio
 from deploy_suite.access.kube import DGD
 from deploy_suite.access.resources import Resource
 from deploy_suite.fixtures.experiments.make_experiment import stage_candidate
-from deploy_suite.offline.kind.provider import KindProvider
-from fixtures.kind import started_kind_cluster
+from deploy_suite_offline.fixtures.kind import started_kind_cluster
+from deploy_suite_offline.kind.provider import KindProvider
 from tests.support import outcomes
 from tests.support.targets import SAMPLE_SUPPORT, Target, admin_target
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy_suite.offline.kind import registry
+from deploy_suite_offline.kind import registry
 
 
 @pytest.fixture

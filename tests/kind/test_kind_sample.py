@@ -19,8 +19,8 @@ import pytest
 
 from deploy_suite.constants import LABEL_JOB_NAME
 from deploy_suite.fixtures.experiments.make_experiment import stage_candidate
-from deploy_suite.offline.kind import config, docker
-from deploy_suite.offline.kind.provider import KindProvider
+from deploy_suite_offline.kind import config, docker
+from deploy_suite_offline.kind.provider import KindProvider
 from tests.support import outcomes
 from tests.support.targets import Target, admin_target
 

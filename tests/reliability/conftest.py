@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite_offline.cluster import OfflineCluster
 from tests import support
 
 _PASSED = pytest.StashKey[bool]()

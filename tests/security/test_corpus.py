@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from deploy_suite.access.kube import Kube
-from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite_offline.cluster import OfflineCluster
 from tests import support
 from tests.security import cases
 

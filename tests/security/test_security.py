@@ -24,8 +24,8 @@ names the real context. Three tests judge that experiment:
     name and namespace, during iteration 1; mutations only touch the kinds the handed-off
     manifests hold (DGDs, Jobs, PVCs) and only after step 2 validated.
 
-(c) runs iteration 0 as a namespace-scoped ServiceAccount (``fixtures/identities.py``): the
-    cluster-scope reads are refused by real RBAC and become limitations, and the run is ``ready``.
+(c) the runs as a namespace-scoped ServiceAccount with exactly the shipped Role are in
+    ``test_least_privilege.py``.
 """
 
 from __future__ import annotations
@@ -36,22 +36,19 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, stage_candidate
-from deploy_suite.fixtures.identities import Identity
-from deploy_suite.offline.cluster import OfflineCluster
+from deploy_suite_offline.cluster import OfflineCluster
+from deploy_suite_offline.fixtures.identities import Identity
 from tests import support
 
 pytestmark = [pytest.mark.cluster]
 
 NEVER_MUTATED = {"secrets", "namespaces", "customresourcedefinitions", "nodes"}
 HANDED_OVER_KINDS = {"dynamographdeployments", "jobs", "persistentvolumeclaims"}
-CLUSTER_SCOPED = {"namespaces", "customresourcedefinitions", "storageclasses", "nodes", "persistentvolumes",
-                  "validatingwebhookconfigurations", "mutatingwebhookconfigurations"}
 DGD_NAME = "demo-agg"  # the sample experiment's DGD, in both iterations
 
 
@@ -232,39 +229,32 @@ def test_the_harness_mutates_only_what_it_owns_and_only_after_validation(experim
     support.record_figure("full-run-mutations-before-validation", mutations=before_validation)
 
 
-# ------------------------------------------------------------------ (c) a namespace-scoped identity
+# ------------------------------------------------------------------ a namespace-scoped identity (the runs
+# to ready with exactly the shipped Role: test_least_privilege.py)
 
 
-def test_a_namespaced_service_account_runs_to_ready_with_limitations(
+def test_a_namespaced_identitys_claim_naming_a_missing_class_blocks_step4_at_once(
         offline_cluster: OfflineCluster, cluster_kube: Kube, deployer_identity: Identity, tmp_path: Path) -> None:
+    # Issue 29: this identity may not read StorageClasses, so step 2 cannot refuse the class and step 4
+    # does not await the claim; the download's pod meets the scheduler's "unbound immediate
+    # PersistentVolumeClaims" (a class that does not exist binds Immediate) and the PV controller's
+    # ProvisioningFailed names the class: blocked storage-class at once, never the claim's 10 min bound.
     namespace = deployer_identity.namespace
     cluster_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": support.SECRET},
                          "type": "Opaque", "stringData": {"HF_TOKEN": support.new_canary()}}, namespace)
-    exp = support.write_experiment(tmp_path / "scratch", context=deployer_identity.context, namespace=namespace)
-    agent = support.new_user_agent("security-run/namespaced")
-    run = support.run_suite(exp.exp_root, 0, deployer_identity.kubeconfig, tmp_path / "reports", user_agent=agent)
-    assert run.returncode == 0, run.output
+    missing = f"e2e-no-such-class-{namespace}"
+    cache = tmp_path / "model-cache.yaml"
+    cache.write_text((support.SAMPLE_SUPPORT / "model-cache.yaml").read_text().replace(
+        '"your-storage-class-name"', f'"{missing}"'))
+    exp = support.write_experiment(tmp_path / "scratch", context=deployer_identity.context, namespace=namespace,
+                                   support={"model-cache": cache,
+                                            "model-download": support.SAMPLE_SUPPORT / "model-download.yaml"})
+    run = support.run_suite(exp.exp_root, 0, deployer_identity.kubeconfig, tmp_path / "reports")
     data = run.ledger()
-    assert data["status"] == "ready", data["blockers"]
-    limits = "\n".join(str(x) for x in data["limitations"])
-    for expected in ("CRD read forbidden", "storageclass list forbidden", "node list forbidden",
-                     f"get namespace {namespace} forbidden"):
-        assert expected in limits, limits
-    assert (data["capacity"] or {}).get("capacity") == "unknown"
-
-    kube = deployer_identity.kube(user_agent=agent)
-    try:
-        events = support.audit_events(offline_cluster.info().audit_log, kube, agent)
-    finally:
-        kube.close()
-    assert {e["user"]["username"] for e in events} == {deployer_identity.username}
-    forbidden = {(e["verb"], e["objectRef"]["resource"]) for e in events if e["responseStatus"]["code"] == 403}
-    assert forbidden >= {("get", "namespaces"), ("get", "customresourcedefinitions"), ("list", "storageclasses"),
-                         ("list", "nodes")}
-    # Only cluster-scope reads were refused (cluster-scoped kinds, or a list across every namespace, as
-    # step 2's search for the operator's Deployment): everything inside its namespace was allowed.
-    assert {verb for verb, _ in forbidden} <= {"get", "list", "watch"}, forbidden
-    refused = [e["objectRef"] for e in events if e["responseStatus"]["code"] == 403]
-    assert all(ref["resource"] in CLUSTER_SCOPED or not ref.get("namespace") for ref in refused), refused
-    changed: list[Any] = support.mutations(events)
-    assert {e["objectRef"]["resource"] for e in changed} <= HANDED_OVER_KINDS
+    assert data["status"] == "blocked" and data["current_step"] == "step4_support_manifests", data["blockers"]
+    (blocker,) = data["blockers"]
+    assert blocker["class"] == "storage-class" and missing in blocker["fix"], blocker
+    assert "does not exist" in blocker["message"] and "unbound immediate" in blocker["message"], blocker
+    assert data["failed_attempts"] == []
+    (step4,) = [s for s in data["steps"] if s["name"] == "step4_support_manifests"]
+    assert step4["duration_s"] < 60, step4

@@ -1,4 +1,5 @@
-"""The harness's ``kubectl port-forward`` processes, seen from outside through ``/proc``.
+"""The harness's ``kubectl port-forward`` processes and an offline cluster's own processes, seen
+from outside through ``/proc``.
 
 Nothing signals a process start or a socket starting to listen, so the waits here re-read
 ``/proc`` with a short capped backoff, bounded by a deadline.
@@ -13,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from deploy_suite.offline.procs import wait_exit
+from deploy_suite_offline.procs import mark_of, wait_exit
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -94,3 +95,24 @@ def wait_listening(pid: int, timeout: float = 30.0) -> bool:
 def kill_and_reap(pid: int, sig: signal.Signals = signal.SIGKILL) -> None:
     os.kill(pid, sig)
     assert wait_exit(pid, 30.0), f"pid {pid} survived {sig.name}"
+
+
+def _runs_in(pid: int, root: Path) -> bool:
+    """Whether ``pid``'s working directory is ``root`` or below it (also once deleted)."""
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd").removesuffix(" (deleted)")
+    except OSError:
+        return False
+    return cwd == str(root) or cwd.startswith(f"{root}/")
+
+
+def of_cluster(root: Path) -> list[int]:
+    """Live processes of the cluster whose directory is ``root``: those carrying its mark (the
+    directory, in ``DEPLOY_SUITE_CLUSTER``) and any whose working directory lies in it."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            pid = int(entry.name)
+            if _alive(pid) and (mark_of(pid) == str(root) or _runs_in(pid, root)):
+                found.append(pid)
+    return sorted(found)

@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 from deploy_suite import yamlio
 from deploy_suite.access.kube import Kube, Obj
 from deploy_suite.access.watch import Watch
-from deploy_suite.fixtures.cluster import HF_SECRET, admin_prerequisites
 from deploy_suite.fixtures.experiments.make_experiment import (
     SAMPLE_ROOT,
     Experiment,
@@ -33,9 +32,10 @@ from deploy_suite.fixtures.experiments.make_experiment import (
     refresh,
     set_line,
 )
-from deploy_suite.offline import faults
-from deploy_suite.offline.cluster import MANIFESTS, OfflineCluster
 from deploy_suite.procedure import waits
+from deploy_suite_offline import faults
+from deploy_suite_offline.cluster import MANIFESTS, OfflineCluster
+from deploy_suite_offline.fixtures.cluster import HF_SECRET, admin_prerequisites
 from tests.support.processes import kill_and_reap, port_forwards
 from tests.support.runs import SuiteRun, run_suite
 

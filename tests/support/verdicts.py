@@ -37,7 +37,7 @@ from deploy_suite.access.kube import Obj
 from deploy_suite.access.watch import Watch
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME
 from deploy_suite.errors import SuiteError
-from deploy_suite.offline import faults
+from deploy_suite_offline import faults
 from tests.support.runs import SuiteRun, outcomes, step
 from tests.support.targets import Target
 

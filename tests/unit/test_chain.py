@@ -135,8 +135,12 @@ def test_a_passed_over_step_3_that_deleted_it_unfinished_is_noticed(tmp_path: Pa
 # ------------------------------------------------------------------ step 3 over the chain
 
 
-def live_dgd(api: fakekube.FakeApi) -> str:
-    stored = api.put(DGD, fakekube.dgd("demo", NS))
+def live_dgd(api: fakekube.FakeApi, creates_claim: bool = False) -> str:
+    """The DGD; ``creates_claim``: its spec asks the operator to create a claim (``pvcs[].create``)."""
+    doc = fakekube.dgd("demo", NS)
+    if creates_claim:
+        doc["spec"] = {"pvcs": [{"name": "model-cache", "create": True, "size": "100Gi"}]}
+    stored = api.put(DGD, doc)
     return str(stored["metadata"]["uid"])
 
 
@@ -181,7 +185,7 @@ def test_step3_retires_iteration_0_past_a_blocked_iteration_1_and_keeps_its_clai
 
 def test_step3_refuses_to_delete_when_the_claims_cannot_be_kept(fake, tmp_path: Path) -> None:
     api, kube, _ = fake
-    uid = live_dgd(api)
+    uid = live_dgd(api, creates_claim=True)
     api.fail("GET", f"/api/v1/namespaces/{NS}/persistentvolumeclaims", forbidden("list", "persistentvolumeclaims"))
     root0 = write(tmp_path, 0, 7, uid=uid)
     run = make_run(tmp_path, iteration=1, previous=read_previous(root0, tmp_path, 1))
@@ -191,6 +195,34 @@ def test_step3_refuses_to_delete_when_the_claims_cannot_be_kept(fake, tmp_path: 
     assert "grant list and patch on persistentvolumeclaims" in caught.value.fix
     assert api.of("DELETE") == [] and api.of("PATCH") == []
     assert json.loads((root0 / ledger.LEDGER_NAME).read_text())["torn_down_at"] is None
+
+
+@pytest.mark.parametrize("spec", [{}, {"pvcs": [{"name": "model-cache"}]}, {"pvcs": [{"name": "c", "create": False}]}])
+def test_step3_deletes_a_dgd_that_declares_no_claim_to_create_when_claims_cannot_be_listed(
+        fake, tmp_path: Path, spec: dict[str, Any]) -> None:
+    api, kube, _ = fake
+    uid = str(api.put(DGD, {**fakekube.dgd("demo", NS), "spec": spec})["metadata"]["uid"])
+    api.fail("GET", f"/api/v1/namespaces/{NS}/persistentvolumeclaims", forbidden("list", "persistentvolumeclaims"))
+    root0 = write(tmp_path, 0, 7, uid=uid)
+    run = make_run(tmp_path, iteration=1, previous=read_previous(root0, tmp_path, 1))
+    result = run.record(retire.retire(run, kube)).retired
+    assert result is not None and result.action == "deleted" and result.kept_claims == []
+    assert "could not be listed" in result.claims_unlisted and "declares no spec.pvcs[] claim" in result.claims_unlisted
+    assert len(api.of("DELETE")) == 1 and api.of("PATCH") == []
+    assert run.ledger.data["retired_previous"]["claims_unlisted"] == result.claims_unlisted
+
+
+@pytest.mark.parametrize(("dgd", "may"), [
+    ({"spec": {}}, False),
+    ({"spec": {"pvcs": [{"name": "c", "create": True}]}}, True),
+    ({"spec": {"pvcs": [{"name": "c", "create": "yes"}]}}, True),  # anything but absent or false may be one
+    ({"spec": {"pvcs": ["c"]}}, True),
+    # A v1beta1 read of a DGD converted from v1alpha1: its pvcs kept in an annotation.
+    ({"metadata": {"annotations": {"nvidia.com/other-version-spec": '{"pvcs":[{"create":true}]}'}}}, True),
+    ({"metadata": {"annotations": {"team": "a"}}}, False),
+])
+def test_which_dgd_may_own_claims(dgd: dict[str, Any], may: bool) -> None:
+    assert caches.may_own_claims(dgd) is may
 
 
 def test_a_deletion_a_passed_over_step_3_left_unfinished_gets_its_torn_down_at(fake, tmp_path: Path) -> None:
@@ -221,7 +253,7 @@ def test_the_teardown_keeps_the_claims_the_dgd_owns(fake) -> None:
 
 def test_a_teardown_that_cannot_keep_the_claims_keeps_the_dgd(fake) -> None:
     api, kube, _ = fake
-    live_dgd(api)
+    live_dgd(api, creates_claim=True)
     api.put(POD, pod("demo-worker-0", NS, labels=DGD_LABEL))
     api.fail("GET", f"/api/v1/namespaces/{NS}/persistentvolumeclaims", forbidden("list", "persistentvolumeclaims"))
     failed = readiness.Readiness("crash", failed=True, failed_attempt=True)

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 CONTRIBUTING = Path(__file__).resolve().parents[2] / "CONTRIBUTING.md"
-PACKAGES = ("model", "access", "judges", "record", "procedure", "reports", "plugins", "fixtures", "offline")
-LEAVES = ("errors", "clock", "yamlio", "constants", "vocab", "cli", "triage_cli")
+PACKAGES = ("model", "access", "judges", "record", "procedure", "reports", "plugins", "fixtures", "rbac")
+LEAVES = ("errors", "clock", "yamlio", "constants", "vocab", "cli", "triage_cli", "status")
 POINTER = re.compile(r"`((?:" + "|".join(PACKAGES + LEAVES) + r")\.[A-Za-z_][\w.]*)`")
 
 

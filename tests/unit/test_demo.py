@@ -6,9 +6,9 @@ import datetime as dt
 from pathlib import Path
 
 from deploy_suite import clock
-from deploy_suite.fixtures import demo
 from deploy_suite.fixtures.experiments.make_experiment import SAMPLE_ROOT
 from deploy_suite.record import budget, experiment
+from deploy_suite_offline.fixtures import demo
 
 
 def test_the_demos_session_starts_now_so_budgets_read_minutes(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from deploy_suite.offline.kind.dynamo_files import aisimulate_core_standin as ais
-from deploy_suite.offline.kind.dynamo_files import dynamo_offline_epp as epp
+from deploy_suite_offline.kind.dynamo_files import aisimulate_core_standin as ais
+from deploy_suite_offline.kind.dynamo_files import dynamo_offline_epp as epp
 
 
 def test_the_operators_epp_arguments_are_read_in_gos_flag_syntax() -> None:

@@ -20,9 +20,9 @@ from deploy_suite.judges import conditions, membership
 from deploy_suite.model import names
 from deploy_suite.model.dgd import from_documents, load_dgd, parse_dgd
 from deploy_suite.model.podspec import EnvFrom
-from deploy_suite.offline.operator_sim import conversion
-from deploy_suite.offline.operator_sim.plan import build_plan
 from deploy_suite.procedure import readiness, smoke
+from deploy_suite_offline.operator_sim import conversion
+from deploy_suite_offline.operator_sim.plan import build_plan
 from tests import fakekube
 from tests.unit import test_rollout
 from tests.unit.test_dgd import alpha, beta

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy_suite.offline.kind import python_image
-from deploy_suite.offline.kind.python_files import hub_replica
+from deploy_suite_offline.kind import python_image
+from deploy_suite_offline.kind.python_files import hub_replica
 
 MODEL = "Org/Tiny-Model"
 
@@ -93,7 +93,7 @@ def _hf(root: Path, hf_home: Path, *args: str, **extra: str) -> subprocess.Compl
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HOME=str(hf_home), HF_HUB_DISABLE_UPDATE_CHECK="1", NO_COLOR="1", **extra)
     script = ("import sys; from pathlib import Path; "
-              "from deploy_suite.offline.kind.python_files.hub_replica import run_hf; run_hf(Path(sys.argv.pop(1)))")
+              "from deploy_suite_offline.kind.python_files.hub_replica import run_hf; run_hf(Path(sys.argv.pop(1)))")
     return subprocess.run([sys.executable, "-c", script, str(root), *args], env=env, capture_output=True, text=True,
                           timeout=120, check=False)
 

@@ -786,23 +786,26 @@ def test_an_exported_dgd_is_made_portable_in_its_copy_one_recorded_patch_per_fie
     assert "status" not in copy_doc and sha(settings.dgd) == source_before  # the source is never modified
     led = Ledger(_doc())
     prepared.record(led)
-    by_pointer = {p["pointer"]: p for p in led.data["patches"]}
+    by_pointer = {p["changes"][0]["pointer"]: p for p in led.data["patches"]}
     assert set(by_pointer) == {"/metadata/uid", "/metadata/resourceVersion", "/metadata/generation",
                                "/metadata/creationTimestamp", "/metadata/managedFields", "/metadata/namespace",
                                "/metadata/annotations/nvidia.com~1workload-provider",
                                "/metadata/annotations/nvidia.com~1current-worker-hash-v2", "/status"}
     ns = by_pointer["/metadata/namespace"]
-    assert (ns["before"], ns["after"], ns["document"]) == ("dynamo-prod", "dynamo-demo", 0)
+    assert ns["changes"] == [{"op": "replace", "pointer": "/metadata/namespace", "before": "dynamo-prod",
+                              "after": "dynamo-demo"}]
+    assert (ns["document"], ns["source"]) == ("DynamoGraphDeployment/demo-agg", "automatic")
     assert ns["file"] == "artifacts/deploy-iter-000/applied_manifests/deploy.yaml"
     provider = by_pointer["/metadata/annotations/nvidia.com~1workload-provider"]
-    assert (provider["before"], provider["after"]) == ("grove", None)
+    assert provider["changes"][0]["op"] == "remove" and provider["changes"][0]["before"] == "grove"
+    assert provider["changes"][0]["after"] is None
     assert "KubeAnnotationWorkloadProvider" in provider["reason"] and "consts.go" in provider["reason"]
-    assert by_pointer["/metadata/managedFields"]["before"] == "<1 entries>"
+    assert by_pointer["/metadata/managedFields"]["changes"][0]["before"] == "<1 entries>"
     ledger_mod.validate(led.data)
     # The ledger records the patched copy's hash: a rerun keeps the copy and patches nothing again.
     (prepared.deploy_root / LEDGER_NAME).write_text(json.dumps({**_ledger_for(prepared)}))
     again = inputs.prepare(settings)
-    assert again.patches == () and "deploy.yaml" in again.resume.kept  # type: ignore[union-attr]
+    assert again.portable == () and "deploy.yaml" in again.resume.kept  # type: ignore[union-attr]
 
 
 def test_a_support_manifest_aimed_at_another_namespace_is_retargeted_not_refused(exp: Experiment):
@@ -813,5 +816,5 @@ def test_a_support_manifest_aimed_at_another_namespace_is_retargeted_not_refused
     prepared = inputs.prepare(settings_for(exp))
     copy_doc = yaml.safe_load((prepared.deploy_root / "applied_manifests" / "model-cache.yaml").read_text())
     assert copy_doc["metadata"]["namespace"] == "dynamo-demo"
-    assert [(p.pointer, p.before, p.after) for _, p in prepared.patches] == [
+    assert [(p.pointer, p.before, p.after) for _, p in prepared.portable] == [
         ("/metadata/namespace", "kube-system", "dynamo-demo")]

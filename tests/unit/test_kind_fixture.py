@@ -1,4 +1,4 @@
-"""The kind fixture's session plumbing (fixtures/kind.py): kind tests run last, and where Docker is
+"""The kind fixture's session plumbing (deploy_suite_offline.fixtures.kind): kind tests run last, and where Docker is
 required a missing engine fails them instead of skipping them. No Docker is touched: PATH holds no
 docker CLI in these inner sessions."""
 
@@ -36,7 +36,7 @@ def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, require: st
     pytester.makepyfile(test_order=TESTS)
     monkeypatch.setenv("PATH", str(pytester.path))  # no docker CLI: docker.available() says why
     monkeypatch.setenv("DEPLOY_SUITE_REQUIRE_KIND", require)
-    return pytester.runpytest_subprocess("-p", "deploy_suite.fixtures.kind", "-p", "no:deploy_suite.plugins",
+    return pytester.runpytest_subprocess("-p", "deploy_suite_offline.fixtures.kind", "-p", "no:deploy_suite.plugins",
                                          "-p", "no:cacheprovider", "-p", "no:pytest-kind", "-v")
 
 

@@ -86,8 +86,11 @@ def test_schema_rejects_malformed_ledgers(change: dict[str, Any], where: str):
 def test_every_record_method_keeps_the_ledger_schema_valid(tmp_path: Path):
     book = ledger.Ledger(document(), tmp_path / ledger.LEDGER_NAME)
     book.record_command(Command("kubectl --context c get ns x", "read", "2026-06-01T12:00:00Z", "ok"))
-    book.add_patch("artifacts/deploy-iter-000/applied_manifests/model-cache.yaml",
-                   "storageClassName your-storage-class-name -> standard", "placeholder storage class")
+    book.add_patch({"file": "artifacts/deploy-iter-000/applied_manifests/model-cache.yaml",
+                    "change": "add /spec/storageClassName", "reason": "placeholder storage class",
+                    "at": "2026-06-01T12:00:00Z", "source": "automatic", "evidence": {"storage_classes": ["standard"]},
+                    "changes": [{"op": "add", "pointer": "/spec/storageClassName", "before": "your-storage-class-name",
+                                 "after": "standard"}]})
     book.add_blocker("step2_validate", "secret", "secret hf-token-secret missing", "create it (name only)")
     book.add_limitation("storageclass list forbidden")
     book.add_diagnostic({"step": "step6_readiness", "excerpt": "0/3 nodes available"})

@@ -116,9 +116,11 @@ def lint_recipe() -> list[str]:
 
 
 def test_make_lint_runs_the_size_check_over_the_package_and_its_top_level_folders(lint_recipe: list[str]) -> None:
-    assert ".venv-absent/bin/python scripts/check_module_size.py deploy_suite plugins fixtures" in lint_recipe
+    assert (".venv-absent/bin/python scripts/check_module_size.py deploy_suite plugins fixtures "
+            "offline/deploy_suite_offline") in lint_recipe
 
 
 def test_make_lint_runs_the_duplicate_check_over_the_package_and_its_top_level_folders(
         lint_recipe: list[str]) -> None:
-    assert ".venv-absent/bin/pylint --disable=all --enable=duplicate-code deploy_suite plugins fixtures" in lint_recipe
+    assert (".venv-absent/bin/pylint --disable=all --enable=duplicate-code deploy_suite plugins fixtures "
+            "offline/deploy_suite_offline") in lint_recipe

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy_suite.offline.operator_sim import conversion
+from deploy_suite_offline.operator_sim import conversion
 
 DATA = Path(__file__).parents[1] / "integration" / "data"
 

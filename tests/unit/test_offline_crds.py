@@ -9,8 +9,8 @@ import pytest
 
 from deploy_suite import clock
 from deploy_suite.access.watch import WaitState
-from deploy_suite.offline import cluster
-from deploy_suite.offline.errors import ClusterError
+from deploy_suite_offline import cluster
+from deploy_suite_offline.errors import ClusterError
 
 QUEUES = {"metadata": {"name": "queues.scheduling.run.ai"},
           "spec": {"group": "scheduling.run.ai", "names": {"plural": "queues"},

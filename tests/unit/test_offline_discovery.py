@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from deploy_suite.offline.operator_sim import discovery
-from deploy_suite.offline.operator_sim.plan import build_plan, owner_reference
+from deploy_suite_offline.operator_sim import discovery
+from deploy_suite_offline.operator_sim.plan import build_plan, owner_reference
 from tests.unit.test_offline_plan import main_container, stored
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy_suite.offline.kind.dynamo_files import dynamo_offline_engines as engines
+from deploy_suite_offline.kind.dynamo_files import dynamo_offline_engines as engines
 
 TABLE = json.loads((Path(engines.__file__).with_name("engine_flags.json")).read_text())
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from deploy_suite import clock, yamlio
-from deploy_suite.offline.errors import ReconcileError
-from deploy_suite.offline.operator_sim.controller import _same_status, status_for
-from deploy_suite.offline.operator_sim.plan import build_plan, deployment_readiness
+from deploy_suite_offline.errors import ReconcileError
+from deploy_suite_offline.operator_sim.controller import _same_status, status_for
+from deploy_suite_offline.operator_sim.plan import build_plan, deployment_readiness
 
 DATA = Path(__file__).parents[1] / "integration" / "data"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from deploy_suite import clock
-from deploy_suite.offline import procs
+from deploy_suite_offline import procs
 
 
 @pytest.fixture
@@ -128,3 +128,44 @@ def test_a_held_file_lock_makes_the_next_holder_say_it_waits(tmp_path: Path) -> 
 def test_ports() -> None:
     port = procs.free_port()
     assert procs.port_free(port)
+
+
+# A daemon that starts a helper in a session of its own (recorded nowhere, as a serving's broker
+# was once), and a helper that ignores SIGTERM; each writes its pid, then sleeps.
+_ESCAPER = """
+import signal, subprocess, sys, time
+from pathlib import Path
+here = Path(sys.argv[1])
+stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+for name, code in (("detached", "import time; time.sleep(60)"), ("stubborn", stubborn)):
+    child = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    (here / f"{name}.pid").write_text(str(child.pid))
+time.sleep(60)
+"""
+
+
+def test_a_mark_passes_to_every_descendant_and_end_marked_ends_them_all(tmp_path: Path) -> None:
+    mark = f"{tmp_path}/cluster"
+    daemon = procs.spawn([sys.executable, "-c", _ESCAPER, str(tmp_path)], None, None, cwd=tmp_path, mark=mark)
+    bystander = _sleeper(tmp_path)  # not marked: never touched
+    try:
+        pids = procs.poll(lambda: [int((tmp_path / f"{n}.pid").read_text()) for n in ("detached", "stubborn")]
+                          if (tmp_path / "stubborn.pid").is_file() else None, 10)
+        assert pids is not None
+        everyone = sorted([daemon.pid, *pids])
+        assert procs.poll(lambda: True if procs.marked(mark) == everyone else None, 10), procs.marked(mark)
+        assert procs.mark_of(pids[0]) == mark and procs.mark_of(bystander.pid) is None
+        assert procs.marked(f"{mark}-other") == []
+        assert procs.end_marked(mark, grace=0.5) == []
+        assert not any(procs.alive(p) for p in everyone)
+        assert procs.alive(bystander.pid)
+    finally:
+        for proc in (daemon, bystander):
+            proc.kill()
+            proc.wait()
+
+
+def test_an_explicit_environment_keeps_a_mark_it_has_unless_one_is_given() -> None:
+    assert procs.marked_env({"A": "1"}, "x") == {"A": "1", procs.MARK: "x"}
+    assert procs.marked_env({procs.MARK: "y"}, None) == {procs.MARK: "y"}
+    assert procs.marked_env({procs.MARK: "y"}, "x") == {procs.MARK: "x"}

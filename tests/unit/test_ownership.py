@@ -51,6 +51,18 @@ def test_the_ownership_decision(fields: list[dict[str, Any]] | None, state: str)
     assert found.uid == (None if obj is None else "u-1")
 
 
+def test_a_dgd_named_by_its_ledger_is_recorded_whoever_applied_it() -> None:
+    obj = {"metadata": {"name": "d", "uid": "u-1", "managedFields": [{"manager": "kubectl-client-side-apply"}]}}
+    named = ownership.LedgerName("d", NS, "ctx", "u-1")
+    assert ownership.judge(obj, "d", NS, MINE, ledger=named, kube_context="ctx").state == "recorded"
+    assert ownership.judge(obj, "d", NS, MINE, ledger=ownership.LedgerName("d", NS, "ctx"),
+                           kube_context="ctx").state == "recorded"  # a ledger that recorded no uid: by name
+    for other in (ownership.LedgerName("d", NS, "ctx", "u-2"), ownership.LedgerName("d", "other-ns", "ctx", "u-1"),
+                  ownership.LedgerName("e", NS, "ctx", "u-1"), ownership.LedgerName("d", NS, "other-ctx", "u-1")):
+        assert ownership.judge(obj, "d", NS, MINE, ledger=other, kube_context="ctx").foreign, other
+    assert ownership.judge(obj, "d", NS, MINE).foreign  # no ledger names it: the guard stays
+
+
 def test_an_applied_dgd_reads_back_as_ours(fake: tuple[FakeApi, Kube]) -> None:
     api, kube = fake
     kube.apply(fakekube.dgd("d", NS, manager=None), NS)
@@ -69,34 +81,39 @@ def test_a_foreign_dgd_stops_with_one_line_naming_its_managers(fake: tuple[FakeA
     assert owner.require_not_foreign(kube, NS, "absent", "x").state == "absent"
 
 
-def validator(kube: Kube, tmp_path: Path, retiring: tuple[str, str] | None) -> Validator:
+def validator(kube: Kube, tmp_path: Path, retiring: tuple[str, str] | None,
+              retiring_uid: str | None = None) -> Validator:
     return Validator(kube, ValidationInputs(namespace=NS, deploy_path=tmp_path / "deploy.yaml", support_paths={},
                                             baseline_dgd_path=None, workload={}, display_root=tmp_path,
-                                            retiring=retiring))
+                                            retiring=retiring, retiring_uid=retiring_uid))
 
 
-@pytest.mark.parametrize(("candidate", "retired", "blocked"), [
-    ("alice", None, ["step 5 would apply over it"]),
-    (MINE, None, []),  # a rerun of this iteration, or the previous iteration's DGD of the same name
-    (None, "alice", ["step 3 would delete it as the previous iteration's"]),
-    (None, MINE, []),
+@pytest.mark.parametrize(("candidate", "retired", "recorded_uid", "blocked"), [
+    ("alice", None, None, ["step 5 would apply over it"]),
+    (MINE, None, None, []),  # a rerun of this iteration, or the previous iteration's DGD of the same name
+    # Another tool applied it: its ledger names it exactly (its uid, or no uid recorded): retired.
+    (None, "alice", "uid-old", []),
+    (None, "alice", None, []),
+    # Its ledger recorded another uid: the same name re-created by someone else, never deleted.
+    (None, "alice", "uid-of-another", ["step 3 would delete it as the previous iteration's"]),
+    (None, MINE, "uid-old", []),
 ])
 def test_step2_gates_the_candidates_dgd_and_the_retired_one(fake: tuple[FakeApi, Kube], tmp_path: Path,
                                                             candidate: str | None, retired: str | None,
-                                                            blocked: list[str]) -> None:
+                                                            recorded_uid: str | None, blocked: list[str]) -> None:
     api, kube = fake
     if candidate is not None:
         api.put(DGD, fakekube.dgd("demo", NS, manager=candidate))
     if retired is not None:
-        api.put(DGD, fakekube.dgd("old", "old-ns", manager=retired))
-    check = validator(kube, tmp_path, ("old-ns", "old"))
+        api.put(DGD, fakekube.dgd("old", "old-ns", manager=retired))  # stored with uid uid-old
+    check = validator(kube, tmp_path, ("old-ns", "old"), recorded_uid)
     check.check_ownership(SimpleNamespace(name="demo"))  # type: ignore[arg-type]
     assert [b.message.split("; ")[1].removesuffix(": refused before any change") for b in check.report.blockers] \
         == blocked
     assert {b.category for b in check.report.blockers} <= {"ownership"}
     assert [(o["dgd"], o["state"]) for o in check.ev["ownership"]] == [
         ("demo", "absent" if candidate is None else "ours" if candidate == MINE else "foreign"),
-        ("old", "absent" if retired is None else "ours" if retired == MINE else "foreign")]
+        ("old", "absent" if retired is None else "ours" if retired == MINE else "foreign" if blocked else "recorded")]
     assert not api.of("PATCH") and not api.of("DELETE")
 
 

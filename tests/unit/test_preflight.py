@@ -147,7 +147,8 @@ def test_recording_a_blocked_preflight_writes_the_step2_sections_as_the_plugin_d
 
     data = run.ledger.data
     assert data["patches"] == [{"file": "applied_manifests/deploy.yaml", "change": "add toleration",
-                                "reason": "tainted GPU nodes", "at": data["patches"][0]["at"]}]
+                                "reason": "tainted GPU nodes", "at": data["patches"][0]["at"], "changes": [],
+                                "evidence": {}, "source": "automatic"}]
     assert data["limitations"] == ["CRD read forbidden"]
     assert (data["gpus_requested"], data["frontend_service"], data["served_model"]) == (8, "d-frontend", "m")
     assert data["capacity"] == {"capacity": "insufficient", "reasons": ["8 > 4"]}

@@ -78,9 +78,10 @@ def test_a_v1beta1_recipe_asks_rdma_cpu_memory_and_storage_next_to_its_gpus() ->
 def test_v1alpha1_custom_resources_reach_the_main_container_as_the_operator_writes_them() -> None:
     dgd = load_dgd(V1ALPHA1)
     assert dgd.component("SglangPrefillWorker").requests == {"cpu": 8.0, "memory": 64 * GIB, "rdma/ib": 1.0}
-    # The service's resources win key by key over the mainContainer's; the rest of its own are kept.
+    # The mainContainer's own resources win key by key over the service's (it is merged over them with
+    # override: api/v1alpha1/shared_spec_conversion.go buildPodTemplateToHub); the service's others are kept.
     decode = dgd.component("SglangDecodeWorker")
-    assert decode.requests == {"cpu": 8.0, "ephemeral-storage": 10 * GIB, "memory": 64 * GIB, "rdma/ib": 1.0}
+    assert decode.requests == {"cpu": 2.0, "ephemeral-storage": 10 * GIB, "memory": 64 * GIB, "rdma/ib": 1.0}
     assert decode.gpus_per_pod == 1 and decode.gpu_resource == GPU
 
 
@@ -143,7 +144,7 @@ def test_resources_offered_apart_but_never_together() -> None:
     assert result.never_offered == [  # the two workers differ (ephemeral storage): one line each
         "component(s) SglangPrefillWorker ask 1 nvidia.com/gpu, 8 cpu, 64Gi memory, 1 rdma/ib per pod; each is "
         "offered by some of the 2 node(s) they may use, but none offers all of it at once",
-        "component(s) SglangDecodeWorker ask 1 nvidia.com/gpu, 8 cpu, 10Gi ephemeral-storage, 64Gi memory, "
+        "component(s) SglangDecodeWorker ask 1 nvidia.com/gpu, 2 cpu, 10Gi ephemeral-storage, 64Gi memory, "
         "1 rdma/ib per pod; each is offered by some of the 2 node(s) they may use, but none offers all of it at once"]
 
 

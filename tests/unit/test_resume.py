@@ -18,7 +18,7 @@ from deploy_suite.procedure import apply, retire, validate
 from deploy_suite.procedure.validate import ValidationInputs, Validator
 from deploy_suite.record import ledger, resume
 from tests import fakekube
-from tests.fakekube import FakeApi, pod
+from tests.fakekube import FakeApi, event, pod
 from tests.unit.test_capacity import node
 from tests.unit.test_rollout import DEPLOY, DGD_LABEL, NS, carry, make_run, previous_iteration
 
@@ -124,15 +124,44 @@ def test_a_rerun_after_step_5_keeps_its_own_dgd_of_the_same_name(fake, tmp_path:
     assert section["existed"] is True and section["rerun"]["action"] == "own-dgd-live"
 
 
-def test_a_previous_dgd_already_gone_is_recorded_and_its_torn_down_at_left_alone(fake, tmp_path: Path) -> None:
+def test_a_previous_dgd_already_gone_gets_torn_down_at_at_the_observation(fake, tmp_path: Path) -> None:
+    """Someone deleted it (the ledger's cleanup command, a recycled namespace): its GPUs are free,
+    so its ledger gets torn_down_at (an upper bound: when step 3 saw it gone) and stops counting."""
     api, kube, _ = fake
     previous = previous_iteration(tmp_path, uid="uid-iter-0")
+    before = prev_ledger(previous)
     run = make_run(tmp_path, iteration=1, previous=previous)
     retired = run.record(retire.retire(run, kube))
     assert api.of("DELETE") == []
-    assert retired.retired is not None and retired.retired.action == "already-gone"
-    assert prev_ledger(previous)["torn_down_at"] is None  # not ours to date: nobody knows when it went
-    assert retired.retired.note == "torn_down_at left as the retired ledger records it"
+    result = retired.retired
+    assert result is not None and result.action == "already-gone" and result.pods_gone_at
+    assert prev_ledger(previous) == {**before, "torn_down_at": result.pods_gone_at}  # the only change there
+    assert result.torn_down_at == result.pods_gone_at and result.note == ""
+    basis = run.ledger.data["retired_previous"]["torn_down_basis"]
+    assert basis["source"] == "observed-gone" and basis["exact"] is False and "upper bound" in basis["explanation"]
+    # A rerun of iteration 1 leaves it as written.
+    base = tmp_path / "again"
+    again = make_run(base, iteration=1, previous=previous_iteration(base, uid="uid-iter-0",
+                                                                    torn_down_at=result.pods_gone_at))
+    second = again.record(retire.retire(again, kube)).retired
+    assert second is not None and second.torn_down_basis is None
+    assert second.note == "torn_down_at left as the retired ledger records it"
+
+
+def test_a_gone_dgd_whose_pods_still_terminate_is_torn_down_when_they_are_gone(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    previous = previous_iteration(tmp_path, uid="uid-iter-0")
+    run = make_run(tmp_path, iteration=1, previous=previous)
+    held = pod("demo-worker-0", NS, labels=DGD_LABEL)
+    held["metadata"]["deletionTimestamp"] = T2
+    api.put(POD, held)
+    api.script_watch(POD, NS, [event("DELETED", held)])
+    result = run.record(retire.retire(run, kube)).retired
+    assert result is not None and result.action == "already-gone"
+    assert prev_ledger(previous)["torn_down_at"] == result.pods_gone_at
+    basis = result.torn_down_basis
+    assert basis is not None and basis["source"] == "pods-gone-watched" and basis["exact"] is True
+    assert basis["pods_deletion_requested_at"] == T2
 
 
 def test_a_rerun_of_a_retire_killed_before_torn_down_at_writes_it_once(fake, tmp_path: Path) -> None:
@@ -161,15 +190,13 @@ def test_a_live_dgd_that_is_neither_iterations_blocks_and_is_not_deleted(fake, t
 
 
 @pytest.mark.parametrize(("uid", "manager", "says"), [
-    # The previous iteration's uid, but someone else's field manager now alone on it: not ours to delete.
-    ("uid-iter-0", "someone-else", ["it was not created by this experiment (field managers: someone-else)"]),
     # The experiment's field manager, but neither iteration's uid (re-created under the name): kept too.
     ("uid-other", "ours", ["it has uid uid-other, neither iteration 0's (uid-iter-0, its ledger) nor this "
                            "iteration's"]),
     ("uid-other", None, ["it has uid uid-other, neither iteration 0's (uid-iter-0, its ledger) nor this "
                          "iteration's", "it was not created by this experiment (field managers: none)"]),
 ])
-def test_step_3_deletes_only_when_the_uid_and_the_field_manager_both_say_ours(
+def test_step_3_deletes_only_what_its_ledger_names_by_uid(
         fake, tmp_path: Path, uid: str, manager: str | None, says: list[str]) -> None:
     api, kube, _ = fake
     previous = previous_iteration(tmp_path, uid="uid-iter-0")
@@ -181,6 +208,16 @@ def test_step_3_deletes_only_when_the_uid_and_the_field_manager_both_say_ours(
     assert caught.value.message == f"DynamoGraphDeployment {NS}/demo is live and {'; '.join(says)}; step 3 refuses " \
                                    "to delete it"
     assert api.of("DELETE") == [] and prev_ledger(previous)["torn_down_at"] is None
+
+
+def test_the_previous_dgd_another_tool_applied_is_retired_by_its_recorded_uid(fake, tmp_path: Path) -> None:
+    api, kube, _ = fake
+    previous = previous_iteration(tmp_path, uid="uid-iter-0")
+    run = make_run(tmp_path, iteration=1, previous=previous)
+    api.put(DGD, with_uid(fakekube.dgd("demo", NS, manager="kubectl-client-side-apply"), "uid-iter-0"))
+    result = run.record(retire.retire(run, kube)).retired
+    assert result is not None and (result.action, result.ownership) == ("deleted", "recorded")
+    assert len(api.of("DELETE")) == 1 and prev_ledger(previous)["torn_down_at"] == result.pods_gone_at
 
 
 def test_the_previous_dgd_by_its_recorded_uid_is_deleted_and_the_deletion_saved_before_the_waits(

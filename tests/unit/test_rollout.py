@@ -13,7 +13,7 @@ import pytest
 
 from deploy_suite.access.kube import DGD, KNOWN, Kube
 from deploy_suite.errors import Forbidden, StepBlocked, StepFailure, WaitTimeout
-from deploy_suite.procedure import apply, readiness, retire, support, waits
+from deploy_suite.procedure import apply, readiness, retire, stops, support, waits
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.settings import Settings, Timeouts
 from deploy_suite.procedure.workspace import PreviousDeployment
@@ -157,7 +157,9 @@ def test_retire_deletes_only_the_previous_dgd_and_waits_for_it_and_its_pods(fake
     assert section == {**result.as_dict(), "ledger": "artifacts/deploy-iter-000/deployment_ledger.json",
                        "passed_over": []}
     assert set(section) == {"dgd", "namespace", "kube_context", "deleted_at", "existed", "pods_gone_at", "ledger",
-                            "action", "torn_down_at", "note", "kept_claims", "passed_over"}
+                            "action", "torn_down_at", "note", "kept_claims", "passed_over", "claims_unlisted",
+                            "ownership", "torn_down_basis"}
+    assert section["ownership"] == "ours" and section["torn_down_basis"] is None
     assert result.kept_claims == []
     assert result.action == "deleted" and result.torn_down_at == result.pods_gone_at
     assert run.evidence == result.as_dict()
@@ -309,21 +311,48 @@ def test_a_failed_job_fails_fast_keeps_its_log_and_carries_the_diagnostic(fake, 
     api, kube, _ = fake
     api.watchers = 2  # a wait over two collections
     api.put(POD, pod("model-download-x1", NS, labels={"job-name": "model-download"}))
-    api.logs[(NS, "model-download-x1")] = "Fetching 10 files\nGatedRepoError: 401\n"
+    api.logs[(NS, "model-download-x1")] = "Fetching 10 files\nKeyError: MODEL_REVISION\n"
     api.script_watch(JOB, NS, [event("MODIFIED", job("model-download", NS, "FailureTarget", "Failed"))])
     run = make_run(tmp_path, step="step4_support_manifests", support={"model-download": DOWNLOAD})
     error, partial = fail_with_result(lambda: support.support(run, kube))
     assert error.category == "job-failed" and error.evidence == ["job/model-download: FailureTarget Failed"]
     assert str(error) == ("model-download job model-download failed (conditions: FailureTarget Failed); "
-                          "last log lines: Fetching 10 files\nGatedRepoError: 401")
+                          "last log lines: Fetching 10 files\nKeyError: MODEL_REVISION")
     log = run.deploy_root / "logs" / "job-model-download.log"
-    assert log.read_text() == "Fetching 10 files\nGatedRepoError: 401\n"
+    assert log.read_text() == "Fetching 10 files\nKeyError: MODEL_REVISION\n"
     assert run.record(partial) is partial and run.evidence == {}
     (diagnostic,) = run.ledger.data["diagnostics"]
     assert diagnostic == {"step": "step4_support_manifests", "job": "model-download", "message": str(error),
-                          "log_excerpt": "Fetching 10 files\nGatedRepoError: 401",
+                          "log_excerpt": "Fetching 10 files\nKeyError: MODEL_REVISION",
                           "log_file": "artifacts/deploy-iter-000/logs/job-model-download.log"}
 
+
+
+@pytest.mark.parametrize(("said", "category", "blocked", "named"), [
+    ("OSError: [Errno 28] No space left on device", "platform", "platform", "disk-full"),
+    ("huggingface_hub.errors.GatedRepoError: 401 Client Error.", "dependency", "dependency", "gated-model"),
+    ("PermissionError: [Errno 13] Permission denied: '/model-store/hub'", "dependency", "dependency",
+     "cache-permission"),
+])
+def test_a_failed_jobs_cause_is_named_from_its_pods_log(fake, tmp_path: Path, said: str, category: str,
+                                                       blocked: str, named: str) -> None:
+    # Issue 29: the pod's own words decide whose fix it is (a full disk the platform's, a token or a
+    # cache the pod may not write a dependency); the step blocks with that class, never a failed attempt.
+    api, kube, _ = fake
+    api.watchers = 2
+    api.put(POD, pod("model-download-x1", NS, labels={"job-name": "model-download"}))
+    api.logs[(NS, "model-download-x1")] = f"Fetching 10 files\n{said}\n"
+    api.script_watch(JOB, NS, [event("MODIFIED", job("model-download", NS, "FailureTarget", "Failed"))])
+    run = make_run(tmp_path, step="step4_support_manifests", support={"model-download": DOWNLOAD})
+    error, partial = fail_with_result(lambda: support.support(run, kube))
+    assert error.category == category and not error.failed_attempt
+    assert str(error).startswith("model-download job model-download failed: Job/model-download failed (")
+    assert named in str(error) and said in str(error)
+    assert error.evidence[0] == "job/model-download: FailureTarget Failed" and f"signature {named}:" in \
+        " ".join(error.evidence)
+    found = stops.judge("step4_support_manifests", error)
+    assert (found.outcome, found.category) == ("blocked", blocked)
+    assert partial.failure["job"] == "model-download"
 
 
 def test_a_failed_jobs_log_is_redacted_in_the_file_and_the_ledger(fake, tmp_path: Path) -> None:
@@ -394,16 +423,16 @@ def test_the_apply_goes_over_this_experiments_own_dgd(fake, tmp_path: Path) -> N
     ledger.validate(run.ledger.data)
 
 
-def test_retire_never_deletes_a_same_named_dgd_of_someone_else(fake, tmp_path: Path) -> None:
+def test_retire_deletes_a_dgd_another_tool_applied_when_its_ledger_names_it(fake, tmp_path: Path) -> None:
+    """The previous iteration deployed with plain ``kubectl apply`` (no field manager of ours): its
+    ledger names it (no uid recorded, as another tool writes it), so step 3 retires it."""
     api, kube, _ = fake
     previous = previous_iteration(tmp_path)
-    api.put(DGD, fakekube.dgd("demo", NS, manager=None))
+    api.put(DGD, fakekube.dgd("demo", NS, manager="kubectl-client-side-apply"))
     run = make_run(tmp_path, iteration=1, previous=previous)
-    with pytest.raises(StepBlocked, match="step 3 refuses to delete it") as caught:
-        retire.retire(run, kube)
-    assert caught.value.category == "ownership" and "field managers: none" in caught.value.message
-    assert not api.of("DELETE") and api.objects[(f"/apis/{DGD.group}/{DGD.version}", DGD.plural)][(NS, "demo")]
-    assert json.loads(previous.ledger_path.read_text())["torn_down_at"] is None
+    result = run.record(retire.retire(run, kube)).retired
+    assert result is not None and result.action == "deleted" and result.ownership == "recorded"
+    assert api.of("DELETE") and json.loads(previous.ledger_path.read_text())["torn_down_at"] == result.pods_gone_at
 
 
 # ------------------------------------------------------------------ step 6
@@ -710,3 +739,33 @@ def test_a_teardown_whose_pods_outlast_the_wait_claims_no_torn_down_at(fake, tmp
     assert "its pods were not seen gone" in teardown["reason"]
     assert run.ledger.data["torn_down_at"] is None
     ledger.validate(run.ledger.data)
+
+
+def test_a_teardown_interrupted_in_its_pods_gone_wait_leaves_the_failed_attempt_saved(fake, tmp_path: Path) -> None:
+    """Ctrl-C (or an agent's tool timeout) in the pods-gone wait: the attempt, its evidence and
+    diagnosis were saved before the delete; the ledger on disk is valid and says the delete began."""
+    api, kube, _ = fake
+    crash_looping(api)  # the fake's garbage collector is off: the pods stay, the wait is on
+    run = make_run(tmp_path, step="step6_readiness")
+    run.ledger.path = run.deploy_root / ledger.LEDGER_NAME
+    saved_at_delete: list[dict[str, Any]] = []
+    original = kube.delete
+
+    def spy(*args: Any, **kwargs: Any) -> bool:
+        saved_at_delete.append(json.loads(run.ledger.path.read_text()))  # type: ignore[union-attr]
+        deleted = original(*args, **kwargs)
+        api.fail("WATCH", f"/api/v1/namespaces/{NS}/pods", KeyboardInterrupt())  # Ctrl-C in the pods-gone wait
+        return deleted
+
+    kube.delete = spy  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        readiness.readiness(run, kube)
+    assert api.of("DELETE"), "the teardown's delete was asked for"
+    (before,) = saved_at_delete
+    (attempt,) = before["failed_attempts"]  # on disk before the delete
+    assert attempt["step"] == "step6_readiness" and attempt["category"] == "crash" and attempt["evidence"]
+    assert before["teardown"]["action"] == "deleting" and before["readiness"]["failure_evidence"]
+    data = json.loads(run.ledger.path.read_text())  # type: ignore[union-attr]
+    ledger.validate(data)
+    assert data["failed_attempts"] == before["failed_attempts"] and data["teardown"]["action"] == "deleting"
+    assert data["torn_down_at"] is None

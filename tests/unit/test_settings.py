@@ -390,7 +390,7 @@ def test_public_record_holds_no_secret_looking_value_and_no_path(tmp_path: Path)
                               invocation_dir=tmp_path)
     record = settings.public_record()
     assert set(record) == {"storage_class", "smoke_prompt", "keep_on_failure", "support_order", "kubeconfig_given",
-                           "timeouts"}
+                           "retry_reason", "timeouts"}
     assert record["kubeconfig_given"] is True
     assert record["timeouts"] == Timeouts().as_dict()
     text = json.dumps(record)  # what goes into every ledger must be JSON as it is

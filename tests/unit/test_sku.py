@@ -28,7 +28,7 @@ def node(name: str, product: str | None, gpus: int = 8, taint: tuple[str, str, s
             "status": {"allocatable": {GPU: str(gpus)}}}
 
 
-# The offline cluster's default layout (deploy_suite/offline/pools/default.yaml).
+# The offline cluster's default layout (offline/deploy_suite_offline/pools/default.yaml).
 DEFAULT_POOL = [node("h200-0", "NVIDIA-H200"), node("h200-1", "NVIDIA-H200"),
                 node("h100-reserved-0", "NVIDIA-H100-80GB-HBM3", taint=RESERVED), node("cpu-0", None, gpus=0)]
 

@@ -127,6 +127,30 @@ def test_failed_hands_back_to_the_challenger_with_the_diagnosis(tmp_path: Path,
     assert "crash-loop: worker OOMKilled" in doc["next_action"]["message"]
 
 
+def test_a_scheduling_failure_says_patch_and_rerun_the_same_iteration(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    root = write_synthetic_experiment(tmp_path, 2).exp_root
+    _edit(root, 1, failed_attempts=[{
+        "at": "2026-06-01T12:00:00Z", "step": "step6_readiness", "category": "failed-deploy",
+        "diagnosis": "pod w-0 can never schedule as written (node affinity/selector mismatch)",
+        "evidence": ["pod w-0: FailedScheduling: 0/4 nodes are available: 4 node(s) didn't match Pod's node "
+                     "affinity/selector."]}])
+    code, doc = _json(capsys, root)
+    assert (code, doc["iterations"][1]["scheduling_failure"]) == (1, True)
+    assert doc["next_action"]["action"] == "patch-and-rerun" and "--compat-patch" in doc["next_action"]["message"]
+
+
+def test_a_failed_baseline_is_reported_not_handed_to_a_challenger(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    root = write_synthetic_experiment(tmp_path, 1).exp_root
+    _edit(root, 0, status="failed", failed_attempts=[{
+        "at": "2026-06-01T12:00:00Z", "step": "step6_readiness", "category": "crash-loop",
+        "diagnosis": "worker OOMKilled", "evidence": ["pod w-0: OOMKilled"]}])
+    code, doc = _json(capsys, root)
+    assert code == 1 and doc["next_action"]["action"] == "stop-report-fix"
+    assert "baseline itself fails" in doc["next_action"]["message"]
+
+
 def test_a_spent_budget_says_stop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = write_synthetic_experiment(tmp_path, 4).exp_root
     _edit(root, 3, blockers=[{"step": "step2_validate", "class": "budget",
@@ -174,11 +198,11 @@ def test_bad_input_is_one_line_naming_it_and_the_fix(tmp_path: Path, capsys: pyt
 def test_the_exit_code_constants_are_the_documented_ones() -> None:
     doc = (SCHEMA.parent / "status.md").read_text()
     for action in (status_cli.HAND_OFF, status_cli.STOP_FIX, status_cli.HAND_BACK, status_cli.STOP_BUDGET,
-                   status_cli.RERUN, status_cli.RUN_FIRST):
+                   status_cli.RERUN, status_cli.RUN_FIRST, status_cli.PATCH_RERUN):
         assert f"| `{action}` |" in doc
     assert json.loads(SCHEMA.read_text())["properties"]["next_action"]["properties"]["action"]["enum"] == [
         status_cli.HAND_OFF, status_cli.STOP_FIX, status_cli.HAND_BACK, status_cli.STOP_BUDGET, status_cli.RERUN,
-        status_cli.RUN_FIRST]
+        status_cli.RUN_FIRST, status_cli.PATCH_RERUN]
 
 
 def test_a_session_start_under_another_key_shows_the_wall_clock_as_unknown(

@@ -8,12 +8,13 @@ import pytest
 
 from deploy_suite import clock
 from deploy_suite.access.kube import DGD, KNOWN
-from deploy_suite.errors import StepFailure, WaitTimeout
+from deploy_suite.errors import StepBlocked, StepFailure, WaitTimeout
 from deploy_suite.judges import triage
+from deploy_suite.judges import waiting as waiting_judge
 from deploy_suite.model.scheduling import pod_request, quantity
 from deploy_suite.procedure import waits
 from deploy_suite.procedure.smoke import parse_instance_id
-from deploy_suite.vocab import TriageCategory
+from deploy_suite.vocab import BlockerClass, TriageCategory
 from tests import fakekube
 
 TAINT_AND_SELECTOR = ("0/4 nodes are available: 1 node(s) had untolerated taint(s), 3 node(s) didn't match Pod's "
@@ -226,6 +227,97 @@ def test_a_job_pod_on_an_unbound_claim_is_a_dependency(fake):
     assert caught.value.category == TriageCategory.DEPENDENCY and not caught.value.failed_attempt
 
 
+def claim(phase, *said):
+    """The model-cache claim in ``phase`` and its events (reason, message)."""
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "model-cache", "namespace": NS},
+           "spec": {"accessModes": ["ReadWriteMany"]}, "status": {"phase": phase}}
+    events = [{"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"model-cache.{i}", "namespace": NS},
+               "involvedObject": {"kind": "PersistentVolumeClaim", "name": "model-cache", "namespace": NS},
+               "reason": reason, "message": message, "lastTimestamp": f"2026-01-01T00:00:0{i}Z"}
+              for i, (reason, message) in enumerate(said)]
+    return pvc, events
+
+
+def on_claim(api, phase, *said):
+    """The download Job's pod held on its unbound claim model-cache (as the scheduler says it)."""
+    pvc, events = claim(phase, *said)
+    api.put(KNOWN["PersistentVolumeClaim"], pvc)
+    for e in events:
+        api.put(KNOWN["Event"], e)
+    held = pending("model-download-x", UNBOUND, {"job-name": "model-download"})
+    held["spec"]["volumes"] = [{"name": "cache", "persistentVolumeClaim": {"claimName": "model-cache"}}]
+    api.put(KNOWN["Pod"], held)
+    api.put(KNOWN["Event"], fakekube.scheduling_event("model-download-x", NS, UNBOUND))
+    api.put(KNOWN["Job"], fakekube.job("model-download", NS))
+    return held
+
+
+PROVISIONING = ("ExternalProvisioning", "Waiting for a volume to be created either by the external provisioner "
+                "'rancher.io/local-path' or manually by the system administrator.")
+
+
+def test_a_job_pod_on_a_claim_still_being_provisioned_waits_and_the_job_completes(fake):
+    # Issue 29: a namespace-scoped identity does not await the claim; its pod meets the scheduler's
+    # transient "unbound immediate PersistentVolumeClaims" while the volume is made: a bounded wait.
+    api, kube = fake
+    on_claim(api, "Pending", PROVISIONING)
+    api.script_watch(KNOWN["Job"], NS, [fakekube.event("MODIFIED", fakekube.job("model-download", NS, "Complete"))])
+    state = kube.wait(waits.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
+    assert state.description == "job/model-download conditions: Complete"
+
+
+def test_a_job_pod_on_a_claim_whose_class_does_not_exist_is_blocked_at_once(fake):
+    api, kube = fake
+    on_claim(api, "Pending", ("ProvisioningFailed", 'storageclass.storage.k8s.io "fast" not found'))
+    with pytest.raises(StepBlocked) as caught:
+        kube.wait(waits.JobComplete(kube, NS, "model-download", "model-download"), timeout=6000)
+    assert caught.value.category == BlockerClass.STORAGE_CLASS and "'fast'" in caught.value.fix
+    assert "does not exist" in caught.value.message and "unbound immediate" in caught.value.message
+
+
+def test_a_job_pod_on_a_claim_that_never_binds_stops_at_the_claims_bound(fake):
+    # The judge itself, look by look (the wait runs it on every change and every tick).
+    api, kube = fake
+    held = on_claim(api, "Pending")
+    cond = waits.JobComplete(kube, NS, "model-download", "model-download", claim_bound_s=20)
+    first = cond.verdict(held)
+    assert first is not None and first.category == TriageCategory.PROVISIONING and first.can_wait
+    assert "still being bound or provisioned" in first.diagnosis
+    api.fake_clock.advance(10)
+    assert cond.verdict(held).can_wait
+    api.fake_clock.advance(15)
+    seen = {"job": {f"{NS}/model-download": fakekube.job("model-download", NS)}, "pods": {f"{NS}/x": held}}
+    with pytest.raises(StepFailure) as caught:
+        cond(seen)
+    assert caught.value.category == TriageCategory.DEPENDENCY and "not bound within 20s" in str(caught.value)
+    # The claim and its events were read once per CLAIM_EVERY_S, not on every look.
+    claim_reads = [r for r in api.requests if r.path.endswith("/persistentvolumeclaims/model-cache")]
+    assert len(claim_reads) == 3
+
+
+def test_a_claims_refused_access_mode_ends_its_wait_at_once_blocked_pvc(fake):
+    api, kube = fake
+    refused = ('failed to provision volume with StorageClass "nfs-less": rpc error: code = InvalidArgument desc = '
+               "invalid access_mode, MULTI_NODE_MULTI_WRITER")
+    pvc, events = claim("Pending", ("ProvisioningFailed", refused))
+    api.put(KNOWN["PersistentVolumeClaim"], pvc)
+    for e in events:
+        api.put(KNOWN["Event"], e)
+    with pytest.raises(StepBlocked) as caught:
+        kube.wait(waits.ClaimBound(NS, "model-cache"), timeout=600)
+    assert caught.value.category == BlockerClass.PVC and "refuses the access mode" in caught.value.message
+
+
+def test_a_claim_being_provisioned_is_awaited_until_bound(fake):
+    api, kube = fake
+    pvc, events = claim("Pending", PROVISIONING)
+    api.put(KNOWN["PersistentVolumeClaim"], pvc)
+    api.put(KNOWN["Event"], events[0])
+    api.script_watch(KNOWN["PersistentVolumeClaim"], NS, [fakekube.event("MODIFIED", claim("Bound")[0])])
+    state = kube.wait(waits.ClaimBound(NS, "model-cache"), timeout=600)
+    assert state.description == "pvc/model-cache phase=Bound"
+
+
 NOT_FOUND = '0/4 nodes are available: persistentvolumeclaim "model-cache" not found.'
 
 
@@ -424,3 +516,23 @@ def test_a_ready_node_an_unknown_node_and_an_unbound_pod_give_no_node_verdict() 
     assert triage.node_lost(bound, _node("True")) is None
     assert triage.node_lost(bound, None) is None  # deleted: the pod GC deletes its pods, they say so
     assert triage.node_lost({"metadata": {"name": "w-0"}, "spec": {}}, _node("Unknown")) is None
+
+
+def test_a_mixed_shortage_and_taint_message_without_node_reads_is_no_hold_decision() -> None:
+    # The scheduler's usual mixed message; a namespace-scoped identity cannot read nodes.
+    message = ("0/4 nodes are available: 2 Insufficient nvidia.com/gpu, 2 node(s) had untolerated taint "
+               "{dedicated: tenant-b}. preemption: 0/4 nodes are available: 2 No preemption victims found for "
+               "incoming pod, 2 Preemption is not helpful for scheduling.")
+    pod = {"metadata": {"name": "w-0"}, "status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]}}
+    verdict = triage.triage_pending(pod, [], None)
+    assert verdict is not None and verdict.can_wait and not verdict.verified
+    assert "cannot be told" in verdict.diagnosis and "--compat-patch" in verdict.diagnosis
+    # Not a sign of a legitimate wait: step 6's no-progress bound counts while it lasts.
+    assert waiting_judge.judge([pod], 1, {"w-0": verdict}, {}, dgd_pending=None, fallback=clock.now()).stuck
+    # Only a shortage: contention, a bounded-by-readiness legitimate wait as before.
+    short = {"metadata": {"name": "w-0"}, "status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]}}
+    held = triage.triage_pending(short, [], None)
+    assert held is not None and held.can_wait and held.verified

@@ -146,9 +146,16 @@ def test_the_console_script_reads_stdin():
     done = subprocess.run([sys.executable, "-m", "deploy_suite.cli", "triage", "-", "--json"],
                           input=json.dumps(events), capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1, done.stderr
-    assert json.loads(done.stdout)[0] | {"diagnosis": "", "evidence": []} == {
+    row = json.loads(done.stdout)[0]
+    assert {k: row[k] for k in ("object", "namespace", "action", "category", "can_wait", "next_check_s")} == {
         "object": "ReplicaSet/rs", "namespace": "ns", "action": "fix-dependency", "category": "dependency",
-        "diagnosis": "", "evidence": [], "can_wait": False, "next_check_s": None}
+        "can_wait": False, "next_check_s": None}
+    # The troubleshooting shape beside the verdict (docs/triage.md).
+    assert row["problem_class"] == "dependency" and row["safe_to_continue"] is False
+    assert row["next_step"] == {"command": "kubectl -n ns describe replicaset rs", "patch": None}
+    assert row["strongest_signal"] == row["evidence"][0] and "exceeded quota" in row["likely_cause"]
+    assert row["evidence_checked"] == ["1 event(s) of ReplicaSet/rs"]
+    assert row["ruled_out"] == ["a failed attempt: the candidate's manifest is not at fault"]
 
 
 # ------------------------------------------------------------------ nodes: device plugin, oversize, taints
@@ -304,3 +311,49 @@ def test_a_nominated_node_turns_a_selector_refusal_into_a_wait_in_step_6(fake): 
     with pytest.raises(WaitTimeout):
         kube.wait(wait, timeout=30)
     assert [c["category"] for c in wait.contention] == [TriageCategory.PROVISIONING]
+
+
+# ------------------------------------------------------------------ claims, Jobs with their pods' logs, nodes
+def test_the_command_reads_claims_jobs_with_their_pods_logs_and_node_conditions(tmp_path, capsys):
+    # Issue 29: handed the claims, the Jobs (with their pods and a pod's saved log) and the nodes,
+    # the command judges each; the pod held on its claim waits as long as the claim is being made.
+    unbound = "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/2 nodes"
+    events = [ev("cache", "ExternalProvisioning", "Waiting for a volume to be created either by the external "
+                 "provisioner 'ebs.csi.aws.com' or manually by the system administrator.", "PersistentVolumeClaim"),
+              ev("gone", "ProvisioningFailed", 'storageclass.storage.k8s.io "fast" not found', "PersistentVolumeClaim"),
+              ev("reader-0", "FailedScheduling", unbound)]
+    claim = {"kind": "PersistentVolumeClaim", "metadata": {"name": "cache", "namespace": "ns"},
+             "status": {"phase": "Pending"}}
+    reader = {"kind": "Pod", "metadata": {"name": "reader-0", "namespace": "ns"},
+              "spec": {"volumes": [{"name": "c", "persistentVolumeClaim": {"claimName": "cache"}}]},
+              "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                              "reason": "Unschedulable", "message": unbound}]}}
+    failed_job = {"kind": "Job", "metadata": {"name": "dl", "namespace": "ns"},
+                  "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}}
+    dl_pod = {"kind": "Pod", "metadata": {"name": "dl-x1", "namespace": "ns", "labels": {"job-name": "dl"}},
+              "status": {"phase": "Failed", "containerStatuses": [
+                  {"name": "dl", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}}
+    disk = {"type": "DiskPressure", "status": "True", "reason": "KubeletHasDiskPressure",
+            "message": "kubelet has disk pressure"}
+    pressed = {"kind": "Node", "metadata": {"name": "n-1"},
+               "status": {"conditions": [{"type": "Ready", "status": "True"}, disk]}}
+    (tmp_path / "dl-x1_dl.log").write_text("Fetching 14 files\nOSError: [Errno 28] No space left on device\n")
+    code, out, _ = run(capsys, write(tmp_path, "e.json", events), "--objects",
+                       write(tmp_path, "o.json", [claim, reader, failed_job, dl_pod]), "--nodes",
+                       write(tmp_path, "n.json", [pressed]), "--logs", str(tmp_path / "dl-x1_dl.log"), "--json")
+    rows = {r["object"]: r for r in json.loads(out)}
+    assert code == 1
+    assert {k: (r["action"], r["category"]) for k, r in rows.items()} == {
+        "PersistentVolumeClaim/cache": ("wait", "provisioning"),
+        "Pod/reader-0": ("wait", "provisioning"),
+        "Job/dl": ("fix-dependency", "platform"),
+        "Pod/dl-x1": ("fix-dependency", "platform"),
+        "PersistentVolumeClaim/gone": ("fix-dependency", "dependency"),
+        "Node/n-1": ("fix-dependency", "platform")}
+    job = rows["Job/dl"]
+    assert "disk-full" in job["likely_cause"] and job["next_step"]["command"] == \
+        "kubectl -n ns logs job/dl --all-containers --tail=40"
+    assert job["next_step"]["patch"] and "the saved logs of its pod dl-x1" in job["evidence_checked"]
+    assert rows["PersistentVolumeClaim/gone"]["next_step"]["command"] == "kubectl get storageclass"
+    assert rows["Pod/reader-0"]["safe_to_continue"] and "PersistentVolumeClaim/cache: phase Pending" in \
+        rows["Pod/reader-0"]["evidence"]

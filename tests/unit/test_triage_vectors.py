@@ -8,10 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from deploy_suite import cli, yamlio
 from deploy_suite.judges import objects as triage_objects
+from deploy_suite.vocab import Action, TriageCategory
 
 DATA = Path(__file__).parent / "data" / "triage"
 PATHS = sorted(DATA.glob("*.yaml"))
@@ -20,12 +22,27 @@ VECTORS = {section: [v for f in FILES for v in f.get(section) or []]
            for section in ("events", "composed", "groups", "pods", "objects")}
 # Each vector's saved container logs, by pod name then container (deploy-suite triage --logs).
 LOGS: dict[str, dict[str, list[str]]] = {}
+# A Job vector's pods (`<job>-<i>`, labelled as the Job controller labels them; its `logs` are its
+# first pod's): context for the Job's verdict, their own findings not compared.
+CONTEXT: set[str] = set()
 
 
-def event(name: str, kind: str, reason: str, message: str, at: int = 0) -> dict[str, Any]:
+def event(name: str, kind: str, reason: str, message: str, at: int = 0, count: int = 1) -> dict[str, Any]:
     return {"kind": "Event", "metadata": {"name": f"{name}.{at}", "namespace": "ns"}, "reason": reason,
-            "message": message, "lastTimestamp": f"2026-01-01T00:00:{at:02d}Z",
+            "message": message, "lastTimestamp": f"2026-01-01T00:00:{at:02d}Z", "count": count,
             "involvedObject": {"kind": kind, "name": name, "namespace": "ns"}}
+
+
+def job_pods(name: str, vector: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Job vector's pods, named and labelled for the Job ``name``; its logs go to the first."""
+    pods = []
+    for j, pod in enumerate(vector.get("pods") or []):
+        meta = {**pod.get("metadata", {}), "name": f"{name}-{j}", "namespace": "ns", "labels": {"job-name": name}}
+        pods.append({**pod, "metadata": meta})
+    if vector.get("logs"):
+        LOGS[f"{name}-0"] = {c: str(text).splitlines() for c, text in vector["logs"].items()}
+    CONTEXT.update(f"Pod/{name}-{j}" for j in range(max(len(pods), 1)))
+    return pods
 
 
 def cases() -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]], str, dict[str, str] | None]]:
@@ -33,7 +50,8 @@ def cases() -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]], str, 
     out = []
     for i, v in enumerate(VECTORS["events"]):
         name = f"e{i}"
-        out.append((f"events[{i}] {v['source'][:40]}", [event(name, v["kind"], v["reason"], v["message"])], [],
+        out.append((f"events[{i}] {v['source'][:40]}",
+                    [event(name, v["kind"], v["reason"], v["message"], count=v.get("count", 1))], [],
                     f"{v['kind']}/{name}", v["expect"]))
     for i, v in enumerate(VECTORS["composed"]):
         name = f"c{i}"
@@ -48,11 +66,13 @@ def cases() -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]], str, 
             obj = dict(v.get("pod") or v["object"])
             name = f"{section[0]}{i}"
             obj["metadata"] = {**obj["metadata"], "name": name, "namespace": "ns"}
-            events = [event(name, obj["kind"], e["reason"], e["message"], at)
+            events = [event(name, obj["kind"], e["reason"], e["message"], at, e.get("count", 1))
                       for at, e in enumerate(v.get("events", []))]
-            if v.get("logs"):
+            context = job_pods(name, v) if obj["kind"] == "Job" else []
+            if v.get("logs") and obj["kind"] != "Job":
                 LOGS[name] = {c: str(text).splitlines() for c, text in v["logs"].items()}
-            out.append((f"{section}[{i}] {v['why'][:40]}", events, [obj], f"{obj['kind']}/{name}", v["expect"]))
+            out.append((f"{section}[{i}] {v['why'][:40]}", events, [obj, *context], f"{obj['kind']}/{name}",
+                        v["expect"]))
     return out
 
 
@@ -114,7 +134,8 @@ def test_the_cli_gives_every_vector_its_verdict(tmp_path, capsys, monkeypatch, a
     args = [source, "--pods", str(tmp_path / "pods.json"), *logs, *(["--json"] if as_json else [])]
     stdin = json.dumps(events, default=str) if from_stdin else None
     code, out, err = run_cli(args, capsys, stdin, monkeypatch)
-    assert parse(out, as_json) == {k: v for k, v in expected.items() if v is not None} and err == ""
+    found = {k: v for k, v in parse(out, as_json).items() if k not in CONTEXT}
+    assert found == {k: v for k, v in expected.items() if v is not None} and err == ""
     assert code == 1  # some vectors need action
 
 
@@ -140,3 +161,24 @@ def test_held_out_and_negative_vectors_never_claim_a_guessed_action():
     assert len(held) >= 30 and len(negative) >= 8
     # A negative vector is words no rule may read: unknown (shown) or no verdict at all.
     assert all(v["expect"] in (None, {"action": "unknown", "category": "unknown"}) for v in negative)
+
+
+SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "triage.schema.json"
+
+
+def test_the_json_output_of_every_vector_follows_the_published_schema(tmp_path, capsys):
+    # docs/triage.schema.json is what an agent loop reads: every finding, the troubleshooting shape included.
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    events, objects, _ = all_in_one()
+    (tmp_path / "events.json").write_text(json.dumps(events, default=str))
+    (tmp_path / "pods.json").write_text(json.dumps(objects, default=str))
+    code, out, _ = run_cli([str(tmp_path / "events.json"), "--pods", str(tmp_path / "pods.json"), "--json"], capsys)
+    rows = json.loads(out)
+    assert code == 1 and rows
+    jsonschema.Draft202012Validator(schema).validate(rows)
+    # The schema's vocabularies are the code's (vocab.py).
+    assert set(schema["$defs"]["category"]["enum"]) == {c.value for c in TriageCategory} - {"cleared"}
+    assert set(schema["$defs"]["action"]["enum"]) == {a.value for a in Action}
+    assert all(r["problem_class"] == r["category"] and r["safe_to_continue"] == (r["action"] in {"wait",
+               "failed-attempt"}) for r in rows)

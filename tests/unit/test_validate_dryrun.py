@@ -132,15 +132,17 @@ def test_create_as_still_catches_create_rules(fake: tuple[FakeApi, Kube]) -> Non
     ("ours", None, None, "update", "step 3 does not delete"),  # iteration 0: nothing is retired
     ("ours", (NS, "other"), None, "update", "step 3 does not delete"),  # the previous DGD had another name
     ("other-uid", (NS, "llm"), None, "update", "step 3 does not delete"),  # re-created since: not retired
-    ("foreign", (NS, "llm"), None, "update", "step 3 does not delete"),  # ownership blocks it
+    # Another tool applied it (another field manager), its ledger names it with this uid: step 3 retires it.
+    ("foreign", (NS, "llm"), None, "create-as", "previous iteration's"),
+    ("foreign-other-uid", (NS, "llm"), None, "update", "step 3 does not delete"),  # ownership blocks it
 ])
 def test_the_mode_follows_whose_the_live_dgd_is(fake: tuple[FakeApi, Kube], setup: str,
                                                  retiring: tuple[str, str] | None, own_uid: str | None,
                                                  mode: str, why: str) -> None:
     api, kube = fake
     if setup != "none":
-        live(api, candidate(), manager="alice" if setup == "foreign" else MINE,
-             uid="uid-someone" if setup == "other-uid" else PREV_UID)
+        live(api, candidate(), manager="alice" if setup.startswith("foreign") else MINE,
+             uid="uid-someone" if setup.endswith("other-uid") else PREV_UID)
     found = dryrun.plan(kube, NS, "llm", retiring, own_uid, PREV_UID)
     assert (found.mode, found.name == "llm") == (mode, mode != "create-as") and why in found.reason
 
@@ -148,7 +150,7 @@ def test_the_mode_follows_whose_the_live_dgd_is(fake: tuple[FakeApi, Kube], setu
 def test_a_foreign_same_named_dgd_is_still_judged_as_the_update(fake: tuple[FakeApi, Kube]) -> None:
     api, kube = fake
     api.admission.append(topology_is_immutable)
-    live(api, candidate(), manager="alice")
+    live(api, candidate(), manager="alice", uid="uid-someone")  # no ledger of the experiment names it
     out = run(kube, candidate("dgd_v1alpha1_disagg.yaml"))
     [(cls, message, _)] = out.blockers
     assert cls == "dry-run" and "component topology is immutable" in message
