@@ -29,8 +29,8 @@ from deploy_suite import yamlio
 from deploy_suite.access.kube import DGD
 from deploy_suite.fixtures.experiments.make_experiment import refresh, stage_candidate
 from deploy_suite.model.files import sha256_file
-from deploy_suite_offline.cluster import OfflineCluster
 from deploy_suite.record import ledger
+from deploy_suite_offline.cluster import OfflineCluster
 from tests import support
 from tests.support import outcomes
 
