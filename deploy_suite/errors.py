@@ -68,6 +68,16 @@ class InputError(SuiteError):
         super().__init__(f"{input_name}: {problem}; fix: {fix}")
 
 
+class RefusedCandidate(InputError):
+    """The assigned DGD, its hashes verified, cannot be deployed for reasons of its own. Step 1 has
+    claimed the candidate's directory: ``result`` records every incompatibility in a ``blocked``
+    ledger there (docs/procedure.md, "A candidate refused for its own reasons")."""
+
+    def __init__(self, input_name: str, problem: str, fix: str, result: PartialResult) -> None:
+        super().__init__(input_name, problem, fix)
+        self.result = result
+
+
 class DeploymentLocked(InputError):
     """Another run of the same iteration holds the deployment directory's lock."""
 

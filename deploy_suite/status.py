@@ -163,6 +163,8 @@ def status(exp_root: Path) -> dict[str, Any]:
 
 def _usage(name: str, usage: Mapping[str, Any], unit: str) -> str:
     limit = "ungated" if usage["limit"] is None else f"{usage['limit']:g}"
+    if any(str(c).startswith("unknown:") for c in usage.get("counted") or []):  # record/budget.py: not countable
+        return f"{name} unknown of {limit}{unit}"
     return f"{name} {usage['used']:g}{unit} of {limit}{' (spent)' if usage['spent'] else ''}"
 
 

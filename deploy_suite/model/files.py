@@ -1,4 +1,10 @@
-"""Handed-off files: where they are (always inside EXP_ROOT) and what their SHA-256 is.
+"""Handed-off files: where they are and what their SHA-256 is.
+
+The workload, the assigned DGD, the previous deployment and this run's directory are the
+experiment's own files and must resolve inside EXP_ROOT (:func:`inside_exp_root`). A support
+manifest is only "explicitly handed off": it may come from the recipe's own checkout, outside
+EXP_ROOT, and is then recorded by its absolute path and SHA-256 (:func:`existing_file` with
+``anywhere``, :func:`shown_path`; docs/procedure.md, "Support manifests from outside EXP_ROOT").
 
 Shared by step 1's input checks (``deploy_suite.procedure.inputs``), the manifest checks
 (``deploy_suite.model.manifests``) and the deployment directory (``deploy_suite.procedure.workspace``). Local
@@ -17,7 +23,8 @@ from deploy_suite.errors import InputError
 
 @dataclass(frozen=True)
 class FileRef:
-    """A handed-off file: its resolved path, its EXP_ROOT-relative path and the SHA-256 seen."""
+    """A handed-off file: its resolved path, its EXP_ROOT-relative path (absolute for a support
+    manifest from outside EXP_ROOT) and the SHA-256 seen."""
 
     path: Path
     rel: str
@@ -38,6 +45,16 @@ def sha256_file(path: Path) -> str:
 def rel(path: Path, exp_root: Path) -> str:
     """EXP_ROOT-relative POSIX path (callers have already checked ``path`` is inside)."""
     return Path(os.path.relpath(os.path.realpath(path), os.path.realpath(exp_root))).as_posix()
+
+
+def is_inside(real: Path, exp_root: Path) -> bool:
+    real_root = Path(os.path.realpath(exp_root))
+    return real == real_root or real.is_relative_to(real_root)
+
+
+def shown_path(real: Path, exp_root: Path) -> str:
+    """How the ledger names a handed-off file: EXP_ROOT-relative inside it, else its absolute path."""
+    return rel(real, exp_root) if is_inside(real, exp_root) else real.as_posix()
 
 
 def display(path: Path, base: Path) -> str:
@@ -63,9 +80,10 @@ def inside_exp_root(path: Path, exp_root: Path, input_name: str) -> Path:
                      "copy the file into the experiment root: handed-off inputs live inside EXP_ROOT")
 
 
-def existing_file(path: Path, exp_root: Path, input_name: str, fix: str) -> Path:
-    """The resolved path of a regular file inside EXP_ROOT, or a refusal."""
-    real = inside_exp_root(path, exp_root, input_name)
+def existing_file(path: Path, exp_root: Path, input_name: str, fix: str, *, anywhere: bool = False) -> Path:
+    """The resolved path of a regular file inside EXP_ROOT (``anywhere``: wherever it is, for a
+    support manifest handed over explicitly), or a refusal."""
+    real = Path(os.path.realpath(path)) if anywhere else inside_exp_root(path, exp_root, input_name)
     if not real.exists():
         raise InputError(input_name, f"{display(path, exp_root)}: file not found", fix)
     if not real.is_file():

@@ -2,8 +2,9 @@
 
 A pinned knob must keep its value between the baseline DGD and the candidate (``README.md``,
 step 2: ``resources.pinned``). Each knob is one row here: the documentation a reviewer reads and
-the function that reads its value from a :class:`~deploy_suite.model.dgd.Dgd`. Names missing from the
-table are refused before anything is compared (:func:`unknown_knobs`).
+the function that reads its value from a :class:`~deploy_suite.model.dgd.Dgd`. A pinned name missing
+from the table cannot be compared: it is recorded as a limitation of the run, never a blocker
+(:func:`unknown_knobs`; the contract leaves the knob names open, docs/procedure.md, "Pinned knobs").
 
 The comparison is only as good as its baseline: :func:`judge_pinned` reads the DGD that
 ``deployment.dgd_path`` names once its SHA-256 is ``deployment.dgd_sha256``, and a baseline that
@@ -23,6 +24,8 @@ from deploy_suite.constants import GPU_PRODUCT_LABEL
 from deploy_suite.errors import InputError
 from deploy_suite.model.dgd import Component, Dgd, from_documents
 from deploy_suite.model.files import hash_of, inside_exp_root, rel
+from deploy_suite.model.frontend import router_mode, runs_frontend
+from deploy_suite.model.manifests import precision_tokens
 from deploy_suite.model.podspec import has_flag
 from deploy_suite.yamlio import load_all
 
@@ -41,6 +44,15 @@ TP_FLAGS = ("--tensor-parallel-size", "--tensor_parallel_size", "--tp-size", "--
 PP_FLAGS = ("--pipeline-parallel-size", "--pipeline_parallel_size", "--pp-size", "--pp")
 DP_FLAGS = ("--data-parallel-size", "--data_parallel_size", "--dp-size", "--dp")
 PREFILL_FLAGS = ("--is-prefill-worker",)
+# The activation dtype: vLLM's and SGLang's --dtype (their flag tables in
+# deploy_suite/offline/kind/dynamo_files/engine_flags.json), dynamo.trtllm's --torch-dtype (its own
+# parser, ai-dynamo/dynamo components/src/dynamo/trtllm/backend_args.py). TensorRT-LLM's LLM
+# workers state their precision through the checkpoint (the model name) or --quant-algo.
+DTYPE_FLAGS = ("--dtype", "--torch-dtype")
+QUANTIZATION_FLAGS = ("--quantization", "--quant-algo")
+# The longest request a worker accepts: vLLM --max-model-len, SGLang --context-length (the same
+# flag tables), dynamo.trtllm --max-seq-len (backend_args.py above).
+MAX_LEN_FLAGS = ("--max-model-len", "--context-length", "--max-seq-len")
 
 
 @dataclass(frozen=True)
@@ -92,19 +104,40 @@ def _model(dgd: Dgd) -> str | None:
     return _joined(c.served_model for c in _workers(dgd))
 
 
+def _weights(c: Component) -> str | None:
+    q = c.flag(*QUANTIZATION_FLAGS)
+    if q:
+        return q.lower()
+    for model in (c.served_model, c.flag("--model"), c.flag("--model-path")):
+        m = _PRECISION_RE.search(model or "")
+        if m:
+            return m.group(1).lower()
+    return None
+
+
+def _dtype(c: Component) -> str | None:
+    """The worker's activation dtype, normalized (bfloat16 -> bf16); ``auto`` (the default) is none."""
+    raw = (c.flag(*DTYPE_FLAGS) or "").lower()
+    if raw in ("", "auto"):
+        return None
+    tokens = precision_tokens(raw)
+    return sorted(tokens)[0] if len(tokens) == 1 else raw
+
+
 def _precision(dgd: Dgd) -> str | None:
-    found = []
-    for c in _workers(dgd):
-        q = c.flag("--quantization")
-        if q:
-            found.append(q.lower())
-            continue
-        for model in (c.served_model, c.flag("--model"), c.flag("--model-path")):
-            m = _PRECISION_RE.search(model or "")
-            if m:
-                found.append(m.group(1).lower())
-                break
-    return _joined(found)
+    weights = _joined(_weights(c) for c in _workers(dgd))
+    dtype = _joined(_dtype(c) for c in _workers(dgd))
+    if dtype is None:
+        return weights  # as read before the dtype was: a DGD without --dtype keeps its value
+    return f"{weights or 'unstated'}, dtype {dtype}"
+
+
+def _router_mode(dgd: Dgd) -> str | None:
+    """The frontends' router mode (frontend components, containers running dynamo.frontend and
+    frontend sidecars): ``--router-mode``, else ``DYN_ROUTER_MODE`` (model/frontend.py); None = the default."""
+    modes = [router_mode(c.tokens, c.env) for c in dgd.components if c.type == "frontend" or runs_frontend(c.tokens)]
+    modes += [c.frontend_sidecar.router_mode for c in dgd.components if c.frontend_sidecar is not None]
+    return _joined(modes)
 
 
 def _gpu_type(dgd: Dgd) -> str | None:
@@ -152,9 +185,22 @@ KNOBS: dict[str, Knob] = {
         ),
         Knob(
             "precision",
-            "worker --quantization value, else an nvfp4/mxfp4/fp4/fp8/bf16/fp16/int8/int4/awq/gptq "
-            "token in the served model name or model path (lowercase)",
+            "worker --quantization (TRT-LLM --quant-algo) value, else an nvfp4/mxfp4/fp4/fp8/bf16/fp16/int8/int4/"
+            "awq/gptq token in the served model name or model path (lowercase); with a worker --dtype (TRT-LLM "
+            "--torch-dtype) other than auto, ', dtype <bf16|fp16|...>' added",
             _precision,
+        ),
+        Knob(
+            "max_model_len",
+            "per worker component: the longest request, vLLM --max-model-len, SGLang --context-length, "
+            "TRT-LLM --max-seq-len",
+            _per_worker(MAX_LEN_FLAGS),
+        ),
+        Knob(
+            "router_mode",
+            "the frontends' --router-mode (frontend components and sidecars), else DYN_ROUTER_MODE; "
+            "unset = the frontend's default",
+            _router_mode,
         ),
         Knob(
             "tensor_parallel_size",
@@ -212,7 +258,6 @@ BASELINE_FIX = ("restore the baseline deployment.dgd_path names, as handed off (
                 "in user_workload.yaml), or ask user-interviewer for a new EXP_ROOT")
 CHANGED_FIX = ("the candidate must keep every knob listed in resources.pinned; send it back to the hypothesis "
                "challenger")
-UNKNOWN_FIX = "add a mapping for this knob to deploy_suite.model.knobs.KNOBS, or remove it from pinned"
 
 
 @dataclass(frozen=True)
@@ -250,33 +295,38 @@ def read_baseline(found: Path | None, dgd_path: str, dgd_sha256: str | None, exp
 
 @dataclass(frozen=True)
 class PinnedVerdict:
-    """``resources.pinned`` judged: the evidence, and each blocker as (message, fix)."""
+    """``resources.pinned`` judged: the evidence, each blocker as (message, fix), and the pinned
+    names the table cannot compare (limitations of the run)."""
 
     evidence: dict[str, Any] = field(default_factory=dict)
     blockers: tuple[tuple[str, str], ...] = ()
+    limitations: tuple[str, ...] = ()
 
 
 def judge_pinned(pinned: Sequence[str], baseline: Callable[[], Baseline], candidate: Dgd) -> PinnedVerdict:
-    """Every pinned knob's value in the baseline and the candidate; an unknown knob, a baseline that
-    cannot be read (``baseline`` is called only when a known knob is pinned) or a changed value blocks."""
+    """Every pinned knob's value in the baseline and the candidate; a baseline that cannot be read
+    (``baseline`` is called only when a known knob is pinned) or a changed value blocks. A name the
+    table does not know is a limitation: the check of it is the challenger's, never a dead end here."""
     if not pinned:
         return PinnedVerdict()
     unknown = unknown_knobs(pinned)
-    blockers = [(f"resources.pinned names knob {name!r}, which has no mapping to DGD fields (known: "
-                 f"{', '.join(sorted(KNOBS))})", UNKNOWN_FIX) for name in unknown]
+    limitations = tuple(f"resources.pinned knob {name!r} has no mapping to DGD fields in this harness (known: "
+                        f"{', '.join(sorted(KNOBS))}): not compared" for name in unknown)
+    blockers: list[tuple[str, str]] = []
     known = [p for p in pinned if p not in unknown]
+    evidence: dict[str, Any] = {"knobs": {}, "baseline": None, "not_compared": list(unknown)}
     if not known:
-        return PinnedVerdict({"knobs": {}, "baseline": None}, tuple(blockers))
+        return PinnedVerdict(evidence, (), limitations)
     base = baseline()
+    evidence["baseline"] = base.record()
     if base.dgd is None:
         blockers.append((str(base.problem), BASELINE_FIX))
-        return PinnedVerdict({"knobs": {}, "baseline": base.record()}, tuple(blockers))
+        return PinnedVerdict(evidence, tuple(blockers), limitations)
     before, after = read(base.dgd, known), read(candidate, known)
-    compared: dict[str, Any] = {}
     for knob in known:
         same = before[knob] == after[knob]
-        compared[knob] = {"baseline": before[knob], "candidate": after[knob], "same": same}
+        evidence["knobs"][knob] = {"baseline": before[knob], "candidate": after[knob], "same": same}
         if not same:
             blockers.append((f"pinned knob {knob} changed: baseline {before[knob]!r}, candidate {after[knob]!r}",
                              CHANGED_FIX))
-    return PinnedVerdict({"knobs": compared, "baseline": base.record()}, tuple(blockers))
+    return PinnedVerdict(evidence, tuple(blockers), limitations)

@@ -2,8 +2,9 @@
 
 The assigned DGD file must hold exactly one DynamoGraphDeployment (plus the namespaced objects it
 needs); support manifests hold only the kinds their step runs; nothing may create Secrets,
-Namespaces, RBAC or cluster-scoped objects, or aim at another namespace (README.md, "Bad input
-and secrets"). The DGD's precision picks which handed-off download variant is used. Every refusal
+Namespaces, RBAC or cluster-scoped objects (README.md, "Bad input
+and secrets"); another namespace is retargeted in the copy (``deploy_suite.model.portable``). The
+DGD's precision picks which handed-off download variant is used. Every refusal
 is an ``InputError`` naming the input and the fix.
 """
 
@@ -103,55 +104,75 @@ SUPPORT_KINDS = {
 }
 
 
-def _check_objects(documents: Sequence[Any], input_name: str, namespace: str, fix: str) -> None:
-    """No forbidden kind, and nothing aimed at another namespace (a document's own
-    ``metadata.namespace`` wins over the workload's when it is applied)."""
+def _forbidden_kinds(documents: Sequence[Any]) -> list[str]:
+    """One problem per document of a kind the harness never creates."""
+    problems = []
     for index, doc in enumerate(d for d in documents if d is not None):
         if not isinstance(doc, dict):
             continue
         kind = doc.get("kind")
         name = lookup(doc, "metadata.name")
-        label = f"document {index + 1} ({kind}/{name if name is not MISSING else '?'})"
         if kind in FORBIDDEN_KINDS:
-            raise InputError(input_name, f"{label} is a {kind}: the harness never creates Secrets, Namespaces, "
-                             "RBAC or cluster-scoped objects", fix)
-        doc_ns = lookup(doc, "metadata.namespace")
-        if doc_ns is not MISSING and doc_ns is not None and doc_ns != namespace:
-            raise InputError(input_name, f"{label} names namespace {doc_ns!r}, the workload deploys to "
-                             f"{namespace!r}", fix)
+            problems.append(f"document {index + 1} ({kind}/{name if name is not MISSING else '?'}) is a {kind}: "
+                            "the harness never creates Secrets, Namespaces, RBAC or cluster-scoped objects")
+    return problems
 
 
-def check_dgd_objects(documents: Sequence[Any], input_name: str, namespace: str) -> None:
-    """The assigned DGD file: only the DGD and namespaced objects it needs (ConfigMaps, PVCs,
-    ComputeDomains), all in the workload's namespace."""
-    _check_objects(documents, input_name, namespace,
-                   "hand over a DGD file with only the DGD and the namespaced objects it needs (ConfigMaps, "
+def _check_objects(documents: Sequence[Any], input_name: str, fix: str) -> None:
+    """No forbidden kind. A document aimed at another namespace is no refusal: its run-scoped copy
+    is set to the workload's namespace and recorded (``deploy_suite.model.portable``)."""
+    problems = _forbidden_kinds(documents)
+    if problems:
+        raise InputError(input_name, problems[0], fix)
+
+
+DGD_OBJECTS_FIX = ("hand over a DGD file with only the DGD and the namespaced objects it needs (ConfigMaps, "
                    "PVCs); the cluster admin creates secrets, namespaces and RBAC")
+Incompatibility = tuple[str, str]  # (problem, fix)
 
 
-def check_dgd_deployable(documents: Sequence[Any], input_name: str) -> dgd_mod.Dgd:
-    """What the DGD model can tell from the file alone (so no cluster request is made for it):
-    field types, and replicas or GPU counts that Kubernetes would refuse. Returns the model.
+def dgd_incompatibilities(documents: Sequence[Any], input_name: str) -> tuple[list[Incompatibility],
+                                                                              dgd_mod.Dgd | None]:
+    """Every reason of the DGD file's own that it cannot be deployed, as (problem, fix), and its
+    model when one could be built: one DGD of a supported version with a name, no smuggled kind,
+    whole replicas and GPU counts, derived names within Kubernetes' limits (model/names.py).
+    Step 1 records them all in a ``blocked`` ledger once the file's hash verified
+    (docs/procedure.md, "A candidate refused for its own reasons").
 
     A DGD whose components request no GPU is deployable: NVIDIA's mocker DGDs run on CPU only,
     and the procedure does not refuse them (step 2 records capacity as ``not needed``)."""
-    # Wrong field types raise InputError naming the field.
-    model = dgd_mod.from_documents([d for d in documents if d is not None], input_name)
+    try:
+        parse_dgd(documents, input_name)
+    except InputError as exc:
+        return [(exc.problem, exc.fix)], None
+    found = [(p, DGD_OBJECTS_FIX) for p in _forbidden_kinds(documents)]
+    try:
+        model = dgd_mod.from_documents([d for d in documents if d is not None], input_name)
+    except InputError as exc:  # a field of the wrong type, named
+        return [*found, (exc.problem, exc.fix)], None
     for problem in model.unrepresentable:
         if ".replicas is the string" in problem:
-            raise InputError(input_name, problem, "write replicas as a whole number (rendered, unquoted)")
-        if dgd_mod.BAD_GPU_COUNT in problem:
-            raise InputError(input_name, problem, "write GPU counts as whole numbers (Kubernetes refuses a "
-                             "fraction or a negative count of an extended resource)")
+            found.append((problem, "write replicas as a whole number (rendered, unquoted)"))
+        elif dgd_mod.BAD_GPU_COUNT in problem:
+            found.append((problem, "write GPU counts as whole numbers (Kubernetes refuses a fraction or a negative "
+                          "count of an extended resource)"))
     # The operator would fail on these after the apply, the DGD left in the cluster (model/names.py).
     too_long = names.derived_name_problems(model)
     if too_long:
-        raise InputError(input_name, "; ".join(too_long), names.NAME_FIX)
+        found.append(("; ".join(too_long), names.NAME_FIX))
+    return found, model
+
+
+def check_dgd_deployable(documents: Sequence[Any], input_name: str) -> dgd_mod.Dgd:
+    """:func:`dgd_incompatibilities`, the first one refused; returns the DGD model."""
+    problems, model = dgd_incompatibilities(documents, input_name)
+    if problems or model is None:
+        problem, fix = problems[0]
+        raise InputError(input_name, problem, fix)
     return model
 
 
-def check_support_documents(documents: Sequence[Any], input_name: str, support_type: str | None = None,
-                            namespace: str | None = None) -> None:
+def check_support_documents(documents: Sequence[Any], input_name: str, support_type: str | None = None) -> None:
     """Step 4 reads kind and metadata.name, never file names: require them now, and only the kinds
     that support type may hold."""
     fix = "hand over a Kubernetes manifest with kind and metadata.name"
@@ -163,9 +184,8 @@ def check_support_documents(documents: Sequence[Any], input_name: str, support_t
             lookup(doc, "metadata.name"), str
         ):
             raise InputError(input_name, f"document {index + 1} has no kind and metadata.name", fix)
-    if namespace is not None:
-        _check_objects(objects, input_name, namespace,
-                       f"hand over the {support_type or 'support'} manifest that was written for this workload")
+    _check_objects(objects, input_name, f"hand over the {support_type or 'support'} manifest that was written for "
+                   "this workload")
     allowed = SUPPORT_KINDS.get(support_type or "")
     if allowed is None:
         return

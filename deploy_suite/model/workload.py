@@ -151,7 +151,8 @@ def parse_workload(documents: Sequence[Any], input_name: str = "--workload user_
                              WORKLOAD_FIX)
     for dotted, required, check, expected in WORKLOAD_FIELDS:
         value = lookup(data, dotted)
-        if value is MISSING:
+        # An optional field written null is unknown, as the contract allows (docs/procedure.md, "Unknowns").
+        if value is MISSING or (value is None and not required):
             if required:
                 raise InputError(f"{input_name} field {dotted}", f"missing (required, {expected})", WORKLOAD_FIX)
             continue
@@ -169,8 +170,8 @@ def parse_workload(documents: Sequence[Any], input_name: str = "--workload user_
         storage_class=(storage_class or None) if storage_class is not MISSING else None,
         dgd_path=data["deployment"]["dgd_path"],
         dgd_sha256=data["deployment"]["dgd_sha256"],
-        gpu_ceiling=gpu_ceiling if gpu_ceiling is not MISSING else None,
-        pinned=tuple(pinned) if pinned is not MISSING else (),
+        gpu_ceiling=gpu_ceiling if is_int(gpu_ceiling) else None,
+        pinned=tuple(pinned) if isinstance(pinned, list) else (),
         precision=(precision or None) if precision is not MISSING else None,
         gpu_types=tuple(entry["gpu_type"] for entry in hardware),
     )

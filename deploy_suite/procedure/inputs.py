@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy_suite.errors import InputError
+from deploy_suite import clock
+from deploy_suite.constants import DGD_KIND
+from deploy_suite.errors import InputError, RefusedCandidate
 from deploy_suite.model.files import (
     FileRef,
     check_sha,
@@ -29,25 +31,30 @@ from deploy_suite.model.files import (
     existing_file,
     hash_of,
     inside_exp_root,
+    is_inside,
     rel,
     sha256_file,
+    shown_path,
 )
 from deploy_suite.model.manifests import (
-    check_dgd_deployable,
-    check_dgd_objects,
+    Incompatibility,
     check_support_documents,
+    dgd_incompatibilities,
     dgd_precision,
-    parse_dgd,
     select_download_variant,
 )
-from deploy_suite.model.workload import WORKLOAD_FIX, Workload, contract_dgd_candidates, parse_workload
+from deploy_suite.model.portable import CopyPatch, portable_copy
+from deploy_suite.model.workload import MISSING, WORKLOAD_FIX, Workload, contract_dgd_candidates, lookup, parse_workload
 from deploy_suite.procedure import compat
 from deploy_suite.procedure.compat import Patch
 from deploy_suite.procedure.settings import Settings, SupportInput, deploy_id
 from deploy_suite.procedure.workspace import AppliedManifest, PreviousDeployment, Resume, claim, fill, read_previous
-from deploy_suite.record.ledger import Ledger
+from deploy_suite.record.ledger import Ledger, atomic_write_text
 from deploy_suite.record.resume import Carried
-from deploy_suite.yamlio import load_yaml_documents
+from deploy_suite.vocab import BlockerClass
+from deploy_suite.yamlio import dump_all, load_all, load_yaml_documents
+
+STEP = "step1_inputs"
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,8 @@ class Prepared:
     # Handed-over compatibility patches applied in this step, and those already applied earlier.
     patches: tuple[Patch, ...] = ()
     patches_skipped: tuple[str, ...] = ()
+    # Step 1's own patches of the copies, what an exported manifest carries (deploy_suite.model.portable).
+    portable: tuple[tuple[Path, CopyPatch], ...] = ()
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
         """Step 1's ledger fields, and its evidence card."""
@@ -88,6 +97,8 @@ class Prepared:
         if self.resume is not None:
             ledger.note_resume(kept=list(self.resume.kept), recopied=list(self.resume.recopied),
                                removed=list(self.resume.removed))
+        for copy, found in self.portable:
+            ledger.add_patch({"file": rel(copy, exp_root), "at": clock.iso_now(), **found.record()})
         download = next((m for m in self.manifests if m.type == "model-download"), None)
         evidence: dict[str, Any] = {
             "deploy_root": rel(self.deploy_root, exp_root),
@@ -100,9 +111,13 @@ class Prepared:
                   if self.iteration == 0 else
                   ["previous deployment ledgers read: DGD, context and namespace to retire" if self.previous else
                    "previous deployment ledgers read: no earlier iteration applied a DGD, nothing to retire"]),
-                "every input resolves inside EXP_ROOT",
+                "the workload and the DGD resolve inside EXP_ROOT",
                 "sources re-hashed after copying: unchanged",
             ],
+            # Handed over explicitly from elsewhere (the recipe's checkout): recorded by path and hash.
+            "outside_exp_root": {m.type: m.source.record() for m in self.manifests
+                                 if not is_inside(m.source.path, exp_root)},
+            "portable_patches": [f"{rel(copy, exp_root)}: {found.change}" for copy, found in self.portable],
             "dgd_precision_tokens": list(self.precision),
             "handed_over_patches": [p.change for p in self.patches],
             **({"handed_over_patches_already_applied": list(self.patches_skipped)} if self.patches_skipped else {}),
@@ -158,29 +173,18 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
     dgd_real = existing_file(settings.dgd, exp_root, dgd_name_in, "pass the assigned DGD manifest path")
     dgd_sha = check_sha(dgd_real, settings.dgd_sha256, dgd_name_in, hand_fix)
     dgd_docs = load_yaml_documents(dgd_real, dgd_name_in, hand_fix)
-    dgd_name = parse_dgd(dgd_docs, dgd_name_in)
-    check_dgd_objects(dgd_docs, dgd_name_in, workload.namespace)
-    dgd_model = check_dgd_deployable(dgd_docs, dgd_name_in)
     source_dgd = FileRef(dgd_real, rel(dgd_real, exp_root), dgd_sha)
 
     # (3) Iteration 0: the assigned DGD is the contract's baseline.
     if settings.iteration == 0:
-        contract_paths = contract_dgd_candidates(workload.dgd_path, exp_root)
-        if not any(Path(os.path.realpath(p)) == dgd_real for p in contract_paths):
-            raise InputError(
-                dgd_name_in,
-                f"is not the contract's deployment.dgd_path {workload.dgd_path!r} (iteration 0 deploys the baseline)",
-                "pass --dgd <EXP_ROOT>/inputs/user_provided_dgd.yaml as recorded in user_workload.yaml",
-            )
-        if dgd_sha != workload.dgd_sha256:
-            raise InputError(
-                dgd_name_in,
-                f"SHA-256 {dgd_sha} differs from the contract's deployment.dgd_sha256 {workload.dgd_sha256}",
-                "deploy the baseline user_workload.yaml records, or ask user-interviewer for a new EXP_ROOT",
-            )
+        _check_contract(workload, exp_root, dgd_real, dgd_sha, dgd_name_in)
+
+    # The DGD's own reasons not to deploy it, judged once its hashes verified: all of them are
+    # recorded in a blocked ledger of this candidate's directory (claimed below), not one line alone.
+    incompatible, dgd_model = dgd_incompatibilities(dgd_docs, dgd_name_in)
 
     # Support manifests: only what the handoff contains.
-    precision = dgd_precision(dgd_model)
+    precision = dgd_precision(dgd_model) if dgd_model is not None else set()
     chosen, unselected = _choose_support(settings.support, exp_root, workload, precision)
 
     previous = None
@@ -198,7 +202,13 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
     resuming, earlier = claim(deploy_root, settings.iteration, dgd_sha)
     if on_directory is not None:
         on_directory(deploy_root, resuming, earlier)
+    if incompatible:
+        raise Refused(exp_root, deploy_root, workload_file, workload, source_dgd,
+                      _dgd_name(dgd_docs), tuple(incompatible)).error(dgd_name_in)
+    assert dgd_model is not None  # no incompatibility: the model was built
     manifests, resume = fill(deploy_root, source_dgd, chosen, resuming, earlier, exp_root)
+    # What an exported manifest carries from its cluster, dropped first: the caller's fix addresses the copy.
+    portable = _portable(manifests, workload.namespace)
     # The caller's Kubernetes-only fix, in place in the copies (and the earlier ones a re-made copy lost).
     handed, skipped = compat.apply_handed(
         settings.compat_patch, {m.type: m.path for m in manifests}, set(resume.recopied) if resume else set(),
@@ -208,6 +218,7 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
         if sha256_file(ref.path) != ref.sha256:
             raise InputError(f"source {ref.rel}", "changed while it was being copied",
                              "stop whatever edits the handed-off files and rerun")
+    dgd_name = dgd_model.name
     return Prepared(
         exp_root=exp_root,
         deploy_root=deploy_root,
@@ -224,7 +235,82 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
         carried=Carried.of(earlier if resuming else None),
         patches=tuple(handed),
         patches_skipped=tuple(skipped),
+        portable=tuple(portable),
     )
+
+
+def _check_contract(workload: Workload, exp_root: Path, dgd_real: Path, dgd_sha: str, dgd_name_in: str) -> None:
+    """Iteration 0 deploys the baseline: the contract's ``deployment.dgd_path`` and ``dgd_sha256``."""
+    contract_paths = contract_dgd_candidates(workload.dgd_path, exp_root)
+    if not any(Path(os.path.realpath(p)) == dgd_real for p in contract_paths):
+        raise InputError(
+            dgd_name_in,
+            f"is not the contract's deployment.dgd_path {workload.dgd_path!r} (iteration 0 deploys the baseline)",
+            "pass --dgd <EXP_ROOT>/inputs/user_provided_dgd.yaml as recorded in user_workload.yaml",
+        )
+    if dgd_sha != workload.dgd_sha256:
+        raise InputError(
+            dgd_name_in,
+            f"SHA-256 {dgd_sha} differs from the contract's deployment.dgd_sha256 {workload.dgd_sha256}",
+            "deploy the baseline user_workload.yaml records, or ask user-interviewer for a new EXP_ROOT",
+        )
+
+
+def _dgd_name(documents: Sequence[Any]) -> str | None:
+    """The DGD's ``metadata.name`` when the file names one DGD (a refused file may not)."""
+    dgds = [d for d in documents if isinstance(d, dict) and d.get("kind") == DGD_KIND]
+    name = lookup(dgds[0], "metadata.name") if len(dgds) == 1 else MISSING
+    return name if isinstance(name, str) and name else None
+
+
+def _portable(manifests: Sequence[AppliedManifest], namespace: str) -> list[tuple[Path, CopyPatch]]:
+    """What each run-scoped copy carries from the cluster it was exported from, or another namespace,
+    dropped or retargeted in the copy (``deploy_suite.model.portable``); the copy is rewritten only when
+    something changed. A resumed copy already patched needs nothing: no second record."""
+    done: list[tuple[Path, CopyPatch]] = []
+    for manifest in manifests:
+        docs = load_all(manifest.path, f"run-scoped copy {manifest.path.name}", "rerun: the copy is made again")
+        patches = portable_copy(docs, namespace)
+        if patches:
+            atomic_write_text(manifest.path, dump_all([d for d in docs if d is not None]))
+            done.extend((manifest.path, p) for p in patches)
+    return done
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Step 1's partial result for a candidate refused for reasons of its own after its hashes
+    verified: the inputs as judged and every incompatibility, for the ``blocked`` ledger the
+    optimization loop reads ("the deployer records the blocking incompatibilities")."""
+
+    exp_root: Path
+    deploy_root: Path
+    workload_file: FileRef
+    workload: Workload
+    source_dgd: FileRef
+    dgd_name: str | None
+    problems: tuple[Incompatibility, ...]
+
+    def error(self, input_name: str) -> RefusedCandidate:
+        """The one line the step stops with: the first incompatibility, counting the others."""
+        problem, fix = self.problems[0]
+        more = len(self.problems) - 1
+        shown = problem if not more else f"{problem} (and {more} more incompatibilities in the ledger)"
+        return RefusedCandidate(input_name, shown, fix, result=self)
+
+    def record(self, ledger: Ledger) -> Mapping[str, Any]:
+        """The inputs' sections and every incompatibility but the first (the step's own blocker, last)."""
+        for name, value in (
+            ("kube_context", self.workload.kube_context), ("namespace", self.workload.namespace),
+            ("dgd_name", self.dgd_name), ("user_workload", self.workload_file.record()),
+            ("source_dgd", self.source_dgd.record()),
+        ):
+            ledger.set_section(name, value)
+        input_name = f"--dgd {self.source_dgd.rel}"
+        for problem, fix in self.problems[1:]:
+            ledger.add_blocker(STEP, BlockerClass.INPUT, f"{input_name}: {problem}", fix)
+        return {"deploy_root": rel(self.deploy_root, self.exp_root),
+                "incompatibilities": [{"problem": p, "fix": f} for p, f in self.problems]}
 
 
 def _choose_support(
@@ -232,10 +318,9 @@ def _choose_support(
 ) -> tuple[dict[str, FileRef], list[FileRef]]:
     """One manifest per type (the download variant matching the model precision of the DGD and
     of ``preferences.precision``), and the download variants not chosen."""
-    namespace = workload.namespace
     by_type: dict[str, list[FileRef]] = {}
     for item in support:
-        by_type.setdefault(item.type, []).append(_support_ref(item, exp_root, namespace))
+        by_type.setdefault(item.type, []).append(_support_ref(item, exp_root))
     for kind in ("model-cache", "model-validate"):
         if len(by_type.get(kind, [])) > 1:
             names = ", ".join(r.rel for r in by_type[kind])
@@ -250,13 +335,16 @@ def _choose_support(
     return chosen, unselected
 
 
-def _support_ref(item: SupportInput, exp_root: Path, namespace: str) -> FileRef:
+def _support_ref(item: SupportInput, exp_root: Path) -> FileRef:
+    # Handed over explicitly, a support manifest may live outside EXP_ROOT (the recipe's checkout):
+    # recorded by its absolute path and SHA-256 (docs/procedure.md, "Support manifests from outside EXP_ROOT").
     name = f"--support {item.type}={display(item.path, exp_root)}"
-    real = existing_file(item.path, exp_root, name, f"pass the {item.type} manifest that was handed over")
+    real = existing_file(item.path, exp_root, name, f"pass the {item.type} manifest that was handed over",
+                         anywhere=True)
     sha = hash_of(real, name)
     check_support_documents(load_yaml_documents(real, name, "fix the YAML or hand over the right file"), name,
-                            item.type, namespace)
-    return FileRef(real, rel(real, exp_root), sha)
+                            item.type)
+    return FileRef(real, shown_path(real, exp_root), sha)
 
 
 def verify_sources(prepared: Prepared) -> list[str]:

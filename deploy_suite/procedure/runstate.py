@@ -258,7 +258,11 @@ class RunState:
 
     def refuse_input(self, step: str, error: InputError) -> None:
         """Record a refused input; the ledger is written only where a directory of this candidate
-        exists (never in another candidate's directory, never a new one created for it)."""
+        exists (never in another candidate's directory, never a new one created for it). A candidate
+        refused for its own reasons carries step 1's partial result (``inputs.Refused``): recorded first."""
+        partial = getattr(error, "result", None)
+        if partial is not None and self.ledger.path is not None and self.current == step:
+            self.evidence.update(partial.record(self.ledger))
         self.ledger.add_blocker(step, BlockerClass.INPUT, f"{error.input_name}: {error.problem}", error.fix)
         # A locked directory belongs to the live run holding it: its ledger is that run's alone.
         if self.ledger.path is None and not isinstance(error, DeploymentLocked):

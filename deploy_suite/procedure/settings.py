@@ -491,7 +491,8 @@ def _handoff_support_items(value: Any) -> list[Any]:
         items: list[Any] = []
         for kind, paths in value.items():
             for path in paths if isinstance(paths, list) else [paths]:
-                items.append({"type": kind, "path": path})
+                if path is not None:  # a type written null: not handed over (docs/procedure.md, "Unknowns")
+                    items.append({"type": kind, "path": path})
         return items
     raise InputError("--support (from handoff)", "must be a list or a mapping", "write support: {model-cache: PATH}")
 
@@ -504,6 +505,8 @@ def _timeouts(cli: Mapping[str, Any], handoff_value: Any) -> Timeouts:
         if not isinstance(handoff_value, Mapping):
             raise InputError("handoff key 'timeouts'", "must be a mapping", "write timeouts: {retire_s: 600}")
         for key, value in handoff_value.items():
+            if value is None and key in known:
+                continue  # null: unknown, the default bound applies
             if key not in known:
                 raise InputError(
                     f"handoff key 'timeouts.{key}'", "unknown timeout", f"use one of: {', '.join(known)}"

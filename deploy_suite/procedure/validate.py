@@ -301,6 +301,7 @@ class Validator:
             dgd)
         for message, fix in verdict.blockers:
             self.report.block(BlockerClass.PINNED, message, fix)
+        self.report.limitations.extend(verdict.limitations)  # a knob the table does not know: never a dead end
         self.ev["pinned"] = verdict.evidence
 
     def check_ceiling(self, dgd: Dgd) -> None:
@@ -473,6 +474,7 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
                           summaries=summaries)
     for category, message, fix in spent.blockers:
         report.block(category, message, fix)
+    report.limitations.extend(spent.limitations)  # a budget that cannot be counted: never a dead end
     copies = {kind: sha256_file(path) for kind, path in run.manifests.items()}
     unchanged = _unchanged_retry(run.carried.last_failure, copies, run.settings.retry_reason)
     if unchanged is not None:

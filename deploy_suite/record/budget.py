@@ -10,7 +10,10 @@ Three grants, each ``null`` = ungated (contracts.md, section 2), each judged fro
   is live; :func:`deploy_suite.record.resume.gpu_hours`); spent when the sum reaches the grant, so that a
   candidate requesting GPUs could only exceed it;
 * ``wall_clock_hours``: hours since the session start in ``<EXP_ROOT>/manifest.yaml``
-  (``session_started_at``, or ``created_at``); spent when they reach the grant.
+  (``session_started_at``, or ``created_at``); spent when they reach the grant. The contracts leave
+  the manifest's key names open: a session start the harness cannot read (another key, no
+  timestamp, no manifest) makes the wall-clock budget unknown, a limitation of the run, never a
+  blocker of every iteration (docs/procedure.md, "Budgets").
 
 A spent budget blocks step 2, so step 3 never retires the last working deployment for an attempt
 the budget does not allow. :class:`BudgetState` is the ledger's ``budget`` section.
@@ -59,6 +62,7 @@ class BudgetState:
     session_started_at: str | None
     at: str
     blockers: list[tuple[BlockerClass, str, str]] = field(default_factory=list)
+    limitations: list[str] = field(default_factory=list)  # what could not be counted, and why
 
     def as_dict(self) -> dict[str, Any]:
         return {"at": self.at, "session_started_at": self.session_started_at,
@@ -99,18 +103,31 @@ def assess(exp_root: Path, budgets: Mapping[str, Any] | None, candidate_gpus: in
                              f"{'' if led.torn_down_at else ' (live)'}")
     key, started = experiment.session_started_at(exp_root)
     elapsed = max(0.0, (now - started).total_seconds() / 3600.0) if started is not None else 0.0
+    wall_limit = _limit(budgets, "wall_clock_hours")
+    unknown = _unknown_start(key) if wall_limit is not None and started is None else None
     state = BudgetState(
         Usage(failed, _limit(budgets, "max_failed_deploys"), failed_notes),
         Usage(gpu_hours, _limit(budgets, "gpu_hours"), gpu_notes),
-        Usage(elapsed, _limit(budgets, "wall_clock_hours"),
-              [f"manifest.yaml {key}"] if started is not None else []),
+        Usage(elapsed, wall_limit, [f"manifest.yaml {key}"] if started is not None else
+              [f"unknown: {unknown}"] if unknown else []),
         clock.iso(started) if started is not None else None,
         clock.iso(now))
-    state.blockers.extend(_blockers(state, candidate_gpus, key))
+    state.blockers.extend(_blockers(state, candidate_gpus))
+    if unknown:
+        state.limitations.append(f"wall-clock budget unknown (budgets.wall_clock_hours is {wall_limit:g}): {unknown}; "
+                                 "not gated by this run")
     return state
 
 
-def _blockers(state: BudgetState, candidate_gpus: int, session_key: str | None) -> list[tuple[BlockerClass, str, str]]:
+def _unknown_start(key: str | None) -> str:
+    """Why the session start cannot be read from manifest.yaml, naming the keys the harness reads."""
+    keys = " or ".join(experiment.SESSION_START_KEYS)
+    if key:
+        return f"<EXP_ROOT>/manifest.yaml's {key} is not a timestamp"
+    return f"<EXP_ROOT>/manifest.yaml has no session start under {keys} (the key names are the session's own)"
+
+
+def _blockers(state: BudgetState, candidate_gpus: int) -> list[tuple[BlockerClass, str, str]]:
     out = []
     failed, gpu, wall = state.failed_deploys, state.gpu_hours, state.wall_clock_hours
     if failed.spent:
@@ -122,13 +139,7 @@ def _blockers(state: BudgetState, candidate_gpus: int, session_key: str | None) 
         out.append((BlockerClass.BUDGET, f"GPU-hour budget spent: {gpu.used:.2f} GPU-hours used of budgets.gpu_hours "
                     f"{gpu.limit:g}; the candidate's {candidate_gpus} GPU(s) would exceed it; nothing was retired "
                     "or applied", FIX))
-    if wall.limit is not None and state.session_started_at is None:
-        what = f"its {session_key} is not a timestamp" if session_key else "it has no session_started_at"
-        out.append((BlockerClass.BUDGET,
-                    f"budgets.wall_clock_hours is {wall.limit:g} but the session start cannot be read "
-                    f"from <EXP_ROOT>/manifest.yaml: {what}",
-                    "ask user-interviewer to record session_started_at (UTC ISO-8601) in manifest.yaml"))
-    elif wall.spent:
+    if wall.spent and state.session_started_at is not None:
         out.append((BlockerClass.BUDGET, f"wall-clock budget spent: {wall.used:.2f} hours since the session started at "
                     f"{state.session_started_at}, budgets.wall_clock_hours is {wall.limit:g}; nothing was retired "
                     "or applied", FIX))

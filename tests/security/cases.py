@@ -14,6 +14,8 @@ A case folder holds the offending file(s) and ``case.yaml``::
     symlinks: {inputs/model-cache.yaml: "${OUTSIDE}/model-cache.yaml"}
     generate: {path: inputs/user_provided_dgd.yaml, pad_to_mb: 50}   # grow a file (not kept in git)
     exit: 1                     # expected exit status (4: usage error before any directory, 1: step 1)
+    ledger: blocked             # a DGD refused for its own reasons once its hashes verified: a blocked
+                                # ledger in artifacts/deploy-iter-000 lists them (default: nothing on disk)
     expect: ["--dgd inputs/user_provided_dgd.yaml", "fix:"]   # substrings of the one error line
     max_seconds: 30             # optional bounds of the whole run (wall clock, peak RSS)
     max_rss_mb: 300

@@ -108,6 +108,13 @@ def test_bad_input_is_refused_with_one_clear_line_and_no_cluster_request(
     assert run.returncode == case.exit, output
 
     messages = the_message(output)
+    if case.spec.get("ledger") == "blocked":
+        # Several incompatibilities: the summary lists each blocker of the ledger; the step's own line
+        # (the last blocker) names the first and counts the others.
+        led = support.read_ledger(run.exp_root / "artifacts" / "deploy-iter-000" / "deployment_ledger.json")
+        lines = [f"{b['message']}; fix: {b['fix']}" for b in led["blockers"]]
+        assert set(messages) == set(lines), "\n".join(messages) + "\n---\n" + output
+        messages = [lines[-1]]
     assert len(messages) == 1, "expected one error message:\n" + "\n".join(messages) + "\n---\n" + output
     message = messages[0]
     assert message.startswith(case.expect[0]), f"the line must name the input first: {message}"
@@ -124,7 +131,16 @@ def test_bad_input_is_refused_with_one_clear_line_and_no_cluster_request(
     assert result.events == [], [support.describe(e) for e in result.events]
     artifacts = run.exp_root / "artifacts"
     made = {p.name for p in artifacts.iterdir()} if artifacts.is_dir() else set()
-    assert made <= ({"deploy-iter-000"} if case.spec.get("stage") else set()), made
+    if case.spec.get("ledger") == "blocked":
+        # A DGD refused for its own reasons after its hashes verified: its directory holds a blocked
+        # ledger listing the incompatibilities, and no copy (docs/procedure.md, "A candidate refused
+        # for its own reasons").
+        assert made - {"experiment.html"} == {"deploy-iter-000"}, made  # and the experiment page of it
+        led = support.read_ledger(artifacts / "deploy-iter-000" / "deployment_ledger.json")
+        assert led["status"] == "blocked" and {b["class"] for b in led["blockers"]} == {"input"}, led["blockers"]
+        assert not any((artifacts / "deploy-iter-000" / "applied_manifests").iterdir())
+    else:
+        assert made <= ({"deploy-iter-000"} if case.spec.get("stage") else set()), made
     if case.spec.get("stage"):
         assert not (artifacts / "deploy-iter-000" / "applied_manifests").exists()
     assert not PWNED.exists(), "a YAML tag executed code"

@@ -6,6 +6,7 @@ checked-in one.
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import hashlib
 import json
@@ -18,11 +19,14 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_suite.errors import DeploymentLocked, InputError
+from deploy_suite.errors import DeploymentLocked, InputError, RefusedCandidate
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment, stage_candidate
 from deploy_suite.procedure import inputs, workspace
+from deploy_suite.procedure.runstate import STEP_NAMES, RunState
 from deploy_suite.procedure.settings import Settings, SupportInput
-from deploy_suite.record.ledger import LEDGER_NAME
+from deploy_suite.record import ledger as ledger_mod
+from deploy_suite.record.ledger import LEDGER_NAME, Ledger, new_document
+from deploy_suite.vocab import StepOutcome
 
 EXP_ID = "20260601T120000Z-demo"
 
@@ -459,12 +463,58 @@ def test_an_invalid_gpu_count_is_refused_naming_the_value(exp: Experiment, count
     assert "no worker requests a GPU" not in str(error)
 
 
-def test_a_dgd_name_the_operator_cannot_carry_is_refused_before_any_directory(exp: Experiment):
+def _step1(settings: Settings) -> tuple[RunState, InputError | None]:
+    """Step 1 as the ledger plugin runs it: a refused input recorded by ``RunState.refuse_input``."""
+    run = RunState.create(settings)
+    run.begin_step("step1_inputs")
+    try:
+        run.record(inputs.prepare(settings, on_directory=run.attach_directory))
+    except InputError as error:
+        run.refuse_input("step1_inputs", error)
+        run.end_step("step1_inputs", StepOutcome.BLOCKED, str(error))
+        return run, error
+    run.end_step("step1_inputs", StepOutcome.PASSED)
+    return run, None
+
+
+def test_a_dgd_name_the_operator_cannot_carry_leaves_a_blocked_ledger(exp: Experiment):
     text = (exp.exp_root / "inputs" / "user_provided_dgd.yaml").read_text()
     name = yaml.safe_load(text)["metadata"]["name"]
     long_name = (name + "-" + "x" * 70)[:70]
     error = refused(_with_dgd_text(exp, text.replace(f"name: {name}", f"name: {long_name}", 1)))
+    assert isinstance(error, RefusedCandidate)
     assert_one_line(error, "--dgd", "(70 characters)", "at most 63 characters")
+    root = exp.exp_root / "artifacts" / "deploy-iter-000"
+    assert [p.name for p in root.iterdir()] == ["applied_manifests"]  # claimed, nothing copied
+    assert not any((root / "applied_manifests").iterdir())
+
+
+def test_every_incompatibility_of_a_verified_dgd_is_listed_in_a_blocked_ledger(exp: Experiment):
+    text = (exp.exp_root / "inputs" / "user_provided_dgd.yaml").read_text()
+    secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: hf-token-secret}\n---\n"
+    bad = secret + re.sub(r"gpu: [\"']?1[\"']?", "gpu: '0.5'", text).replace("name: demo-agg", f"name: {'d' * 70}")
+    _run, error = _step1(_with_dgd_text(exp, bad))
+    assert isinstance(error, RefusedCandidate)
+    assert "(and 2 more incompatibilities in the ledger)" in str(error)
+    led = json.loads((exp.exp_root / "artifacts" / "deploy-iter-000" / LEDGER_NAME).read_text())
+    assert led["status"] == "blocked" and led["steps"][0]["outcome"] == "blocked"
+    messages = [b["message"] for b in led["blockers"]]
+    assert len(messages) == 3 and all(m.startswith("--dgd inputs/user_provided_dgd.yaml: ") for m in messages)
+    assert "is a Secret" in messages[-1] and "not a whole number of GPUs" in messages[0]
+    assert "at most 63 characters" in messages[1]
+    assert {b["class"] for b in led["blockers"]} == {"input"}
+    assert led["source_dgd"]["sha256"] == sha(exp.exp_root / "inputs" / "user_provided_dgd.yaml")
+    assert led["dgd_name"] == "d" * 70 and led["namespace"] == "dynamo-demo"
+    assert len(led["steps"][0]["evidence"]["incompatibilities"]) == 3
+    # A rerun of the same candidate resumes in the directory and says the same.
+    again, error = _step1(_with_dgd_text(exp, bad))
+    assert isinstance(error, RefusedCandidate) and again.ledger.data["resumes"]
+
+
+def test_before_its_hashes_verify_a_refused_dgd_leaves_no_directory(exp: Experiment):
+    settings = _with_dgd_text(exp, "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n")
+    _run, error = _step1(Settings(**{**settings.__dict__, "dgd_sha256": "0" * 64}))
+    assert error is not None and not isinstance(error, RefusedCandidate) and "SHA-256 is" in str(error)
     assert not (exp.exp_root / "artifacts").exists()
 
 
@@ -665,3 +715,106 @@ def test_own_directory_ledger_is_read_only_for_the_same_candidate(exp: Experimen
     other = settings_for(exp, dgd_sha256="c" * 64)  # another candidate handed for the same iteration
     assert workspace.own_directory_ledger(other) is None
     workspace.release_deployment_lock(prepared.deploy_root)
+
+
+# --- lenient inputs (issue 28): unknowns, handed-over paths, exported manifests -------------
+
+
+@pytest.mark.parametrize("dotted", ["resources.pinned", "model.revision", "traffic.concurrency", "deployment.origin",
+                                    "deployment.origin_source", "kubernetes.storage_class", "objectives.custom_slos",
+                                    "artifacts.supporting_traces", "notes", "created_at", "preferences.precision"])
+def test_an_optional_field_written_null_is_an_unknown_and_accepted(exp: Experiment, dotted: str):
+    prepared = inputs.prepare(rewrite_workload(exp, _set(dotted, None)))
+    if dotted == "resources.pinned":
+        assert prepared.workload.pinned == ()
+
+
+@pytest.mark.parametrize("dotted", ["kubernetes.namespace", "deployment.dgd_sha256", "profile.name"])
+def test_a_required_field_written_null_is_still_refused(exp: Experiment, dotted: str):
+    assert_one_line(refused(rewrite_workload(exp, _set(dotted, None))), f"field {dotted}", "got null")
+
+
+def test_a_support_manifest_handed_over_from_outside_exp_root_is_recorded_by_path_and_hash(
+        exp: Experiment, tmp_path: Path):
+    checkout = tmp_path / "recipes" / "qwen3" / "vllm"
+    checkout.mkdir(parents=True)
+    outside = checkout / "model-cache.yaml"
+    outside.write_bytes((exp.exp_root / "inputs" / "model-cache.yaml").read_bytes())
+    settings = settings_for(exp, support=(SupportInput("model-cache", outside),))
+    prepared = inputs.prepare(settings)
+    cache = next(m for m in prepared.manifests if m.type == "model-cache")
+    record = cache.record(prepared.exp_root)
+    assert record["source_path"] == os.path.realpath(outside) and record["source_sha256"] == sha(outside)
+    assert record["path"] == "artifacts/deploy-iter-000/applied_manifests/model-cache.yaml"
+    assert prepared.record(Ledger(_doc()))["outside_exp_root"] == {
+        "model-cache": {"path": os.path.realpath(outside), "sha256": sha(outside)}}
+    assert outside in [ref.path for ref in prepared.sources()]  # re-hashed at the end of the run too
+    ledger_mod.validate({**_doc(), "applied_manifests": [record]})
+
+
+def test_the_workload_and_the_dgd_must_still_be_inside_exp_root(exp: Experiment, tmp_path: Path):
+    outside = tmp_path / "user_workload.yaml"
+    outside.write_bytes((exp.exp_root / "user_workload.yaml").read_bytes())
+    assert_one_line(refused(settings_for(exp, workload=outside)), "--workload", "outside EXP_ROOT")
+
+
+def _doc() -> dict[str, Any]:
+    return new_document(deploy_id="deploy-iter-000", iteration=0, provenance="user-interviewer",
+                        step_names=STEP_NAMES)
+
+
+EXPORTED_META = {"uid": "0b6c", "resourceVersion": "4711", "generation": 3, "creationTimestamp": "2026-05-01T00:00:00Z",
+                 "managedFields": [{"manager": "kubectl"}], "namespace": "dynamo-prod",
+                 "annotations": {"nvidia.com/workload-provider": "grove", "nvidia.com/current-worker-hash-v2": "ab12",
+                                 "team": "kept"}}
+
+
+def _exported(exp: Experiment) -> Settings:
+    path = exp.exp_root / "inputs" / "user_provided_dgd.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["metadata"].update(copy.deepcopy(EXPORTED_META))
+    doc["status"] = {"state": "successful"}
+    return _with_dgd_text(exp, yaml.safe_dump(doc))
+
+
+def test_an_exported_dgd_is_made_portable_in_its_copy_one_recorded_patch_per_field(exp: Experiment):
+    settings = _exported(exp)
+    source_before = sha(settings.dgd)
+    prepared = inputs.prepare(settings)
+    copy_doc = yaml.safe_load((prepared.deploy_root / "applied_manifests" / "deploy.yaml").read_text())
+    assert copy_doc["metadata"] == {"name": "demo-agg", "namespace": "dynamo-demo", "annotations": {"team": "kept"}}
+    assert "status" not in copy_doc and sha(settings.dgd) == source_before  # the source is never modified
+    led = Ledger(_doc())
+    prepared.record(led)
+    by_pointer = {p["changes"][0]["pointer"]: p for p in led.data["patches"]}
+    assert set(by_pointer) == {"/metadata/uid", "/metadata/resourceVersion", "/metadata/generation",
+                               "/metadata/creationTimestamp", "/metadata/managedFields", "/metadata/namespace",
+                               "/metadata/annotations/nvidia.com~1workload-provider",
+                               "/metadata/annotations/nvidia.com~1current-worker-hash-v2", "/status"}
+    ns = by_pointer["/metadata/namespace"]
+    assert ns["changes"] == [{"op": "replace", "pointer": "/metadata/namespace", "before": "dynamo-prod",
+                              "after": "dynamo-demo"}]
+    assert (ns["document"], ns["source"]) == ("DynamoGraphDeployment/demo-agg", "automatic")
+    assert ns["file"] == "artifacts/deploy-iter-000/applied_manifests/deploy.yaml"
+    provider = by_pointer["/metadata/annotations/nvidia.com~1workload-provider"]
+    assert provider["changes"][0]["op"] == "remove" and provider["changes"][0]["before"] == "grove"
+    assert provider["changes"][0]["after"] is None
+    assert "KubeAnnotationWorkloadProvider" in provider["reason"] and "consts.go" in provider["reason"]
+    assert by_pointer["/metadata/managedFields"]["changes"][0]["before"] == "<1 entries>"
+    ledger_mod.validate(led.data)
+    # The ledger records the patched copy's hash: a rerun keeps the copy and patches nothing again.
+    (prepared.deploy_root / LEDGER_NAME).write_text(json.dumps({**_ledger_for(prepared)}))
+    again = inputs.prepare(settings)
+    assert again.portable == () and "deploy.yaml" in again.resume.kept  # type: ignore[union-attr]
+
+
+def test_a_support_manifest_aimed_at_another_namespace_is_retargeted_not_refused(exp: Experiment):
+    cache = exp.exp_root / "inputs" / "model-cache.yaml"
+    doc = yaml.safe_load(cache.read_text())
+    doc["metadata"]["namespace"] = "kube-system"
+    cache.write_text(yaml.safe_dump(doc))
+    prepared = inputs.prepare(settings_for(exp))
+    copy_doc = yaml.safe_load((prepared.deploy_root / "applied_manifests" / "model-cache.yaml").read_text())
+    assert copy_doc["metadata"]["namespace"] == "dynamo-demo"
+    assert [(p.pointer, p.before, p.after) for _, p in prepared.portable] == [
+        ("/metadata/namespace", "kube-system", "dynamo-demo")]

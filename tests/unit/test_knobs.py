@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from deploy_suite.model import knobs
 from deploy_suite.model.dgd import Dgd, load_dgd, parse_dgd
@@ -96,7 +97,8 @@ def test_the_baseline_named_by_dgd_path_is_read_once_its_hash_is_verified(tmp_pa
     assert same.blockers == ()
     assert same.evidence == {
         "knobs": {"tensor_parallel_size": {"baseline": {"prefill": 4}, "candidate": {"prefill": 4}, "same": True}},
-        "baseline": {"path": "inputs/user_provided_dgd.yaml", "sha256": sha, "verified": True, "problem": None}}
+        "baseline": {"path": "inputs/user_provided_dgd.yaml", "sha256": sha, "verified": True, "problem": None},
+        "not_compared": []}
     [(message, fix)] = judge(root, found, sha, candidate(8)).blockers
     assert message == "pinned knob tensor_parallel_size changed: baseline {'prefill': 4}, candidate {'prefill': 8}"
     assert fix == knobs.CHANGED_FIX
@@ -132,5 +134,59 @@ def test_the_baseline_is_not_read_when_no_known_knob_is_pinned(tmp_path: Path) -
         raise AssertionError("the baseline was read")
 
     assert knobs.judge_pinned((), never, candidate(4)) == knobs.PinnedVerdict()
-    [(message, _)] = knobs.judge_pinned(("kv_cache_dtype",), never, candidate(4)).blockers
-    assert "'kv_cache_dtype'" in message and "no mapping" in message
+    verdict = knobs.judge_pinned(("kv_cache_dtype",), never, candidate(4))
+    assert verdict.blockers == () and verdict.evidence["not_compared"] == ["kv_cache_dtype"]
+    [limitation] = verdict.limitations
+    assert "'kv_cache_dtype'" in limitation and "no mapping" in limitation and "not compared" in limitation
+
+
+def test_an_unknown_pinned_name_is_a_limitation_while_the_known_ones_are_still_compared(tmp_path: Path) -> None:
+    root, path, sha = experiment(tmp_path)
+    verdict = judge(root, path, sha, candidate(8), pinned=("speculative_decoding", "tensor_parallel_size"))
+    [(message, _)] = verdict.blockers  # the known knob still blocks when it changed
+    assert message.startswith("pinned knob tensor_parallel_size changed")
+    assert len(verdict.limitations) == 1 and "'speculative_decoding'" in verdict.limitations[0]
+
+
+def _worker_args(args: str, frontend: str = "") -> Dgd:
+    """The recipe with its worker's engine arguments extended by ``args`` (and the frontend's by ``frontend``)."""
+    text = RECIPE.read_text().replace("--tensor-parallel-size 4", f"--tensor-parallel-size 4 {args}")
+    dgd = parse_dgd(text)
+    if frontend:
+        doc = yaml.safe_load(text)
+        services = doc["spec"]["services"]
+        name = next(n for n, svc in services.items() if svc.get("componentType") == "frontend")
+        main = services[name].setdefault("extraPodSpec", {}).setdefault("mainContainer", {})
+        main["args"] = [*main.get("args", []), *frontend.split()]
+        dgd = parse_dgd(yaml.safe_dump(doc))
+    return dgd
+
+
+@pytest.mark.parametrize(("before", "after", "values"), [
+    ("--dtype bfloat16", "--dtype float16", ("fp8, dtype bf16", "fp8, dtype fp16")),
+    ("", "--dtype half", ("fp8", "fp8, dtype half")),
+    ("--torch-dtype bfloat16", "--torch-dtype float32", ("fp8, dtype bf16", "fp8, dtype float32")),
+    ("--quantization fp8", "--quantization awq", ("fp8", "awq")),
+])
+def test_pinned_precision_catches_a_dtype_or_quantization_change(before: str, after: str,
+                                                                 values: tuple[str, str]) -> None:
+    moved = knobs.changed_knobs(_worker_args(before), _worker_args(after), ["precision"])
+    assert moved == {"precision": values}
+
+
+def test_dtype_auto_is_the_default_and_changes_nothing() -> None:
+    assert knobs.changed_knobs(_worker_args(""), _worker_args("--dtype auto"), ["precision"]) == {}
+
+
+@pytest.mark.parametrize("flag", ["--max-model-len", "--context-length", "--max-seq-len"])
+def test_max_model_len_reads_each_engines_flag(flag: str) -> None:
+    assert knobs.read(_worker_args(f"{flag} 8192"), ["max_model_len"]) == {"max_model_len": {"prefill": 8192}}
+    assert knobs.changed_knobs(_worker_args(f"{flag} 8192"), _worker_args(f"{flag} 4096"), ["max_model_len"])
+
+
+def test_router_mode_reads_the_frontend() -> None:
+    assert knobs.read(_worker_args(""), ["router_mode"]) == {"router_mode": None}
+    assert knobs.read(_worker_args("", "--router-mode kv"), ["router_mode"]) == {"router_mode": "kv"}
+    moved = knobs.changed_knobs(_worker_args("", "--router-mode kv"), _worker_args("", "--router-mode round-robin"),
+                                ["router_mode"])
+    assert moved == {"router_mode": ("kv", "round-robin")}

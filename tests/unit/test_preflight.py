@@ -222,3 +222,22 @@ def test_a_baseline_that_cannot_be_found_makes_pinned_ok_false(tmp_path: Path) -
     run.record(Preflight(gate.report, None, None, []))
     assert run.ledger.data["preflight"]["pinned_ok"] is False
     assert run.ledger.data["preflight"]["pinned"]["baseline"]["verified"] is False
+
+
+@pytest.mark.parametrize("pinned", [["router_mode_v2", "max_batch_tokens"], None])
+def test_unknown_or_null_pinned_names_never_block_step2(tmp_path: Path, pinned: list[str] | None) -> None:
+    # A pinned name the knob table does not know is a limitation of the run, not a dead end at
+    # every iteration; pinned written null (an unknown) compares nothing.
+    recipe = Path(__file__).parent / "data" / "recipes" / "llama-3-70b" / "vllm-agg-deploy.yaml"
+    deploy = tmp_path / "artifacts" / "deploy-iter-000" / "applied_manifests" / "deploy.yaml"
+    deploy.parent.mkdir(parents=True)
+    deploy.write_text(recipe.read_text())
+    workload = {"deployment": {"dgd_path": "inputs/user_provided_dgd.yaml", "dgd_sha256": "c" * 64},
+                "resources": {"pinned": pinned}}
+    gate = validate.Validator(SimpleNamespace(context=CONTEXT), ValidationInputs(  # type: ignore[arg-type]
+        namespace="ns", deploy_path=deploy, support_paths={}, baseline_dgd_path=None, workload=workload,
+        display_root=tmp_path))
+    gate.check_pinned(load_dgd(deploy))
+    assert gate.report.blockers == []
+    assert [("router_mode_v2" in x, "max_batch_tokens" in x) for x in gate.report.limitations] == (
+        [(True, False), (False, True)] if pinned else [])

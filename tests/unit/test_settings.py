@@ -229,6 +229,14 @@ def test_a_null_in_the_handoff_falls_back_to_the_default(tmp_path: Path):
                                                                                  Timeouts())
 
 
+def test_a_null_support_type_or_timeout_in_the_handoff_is_not_given(tmp_path: Path):
+    handoff = write_handoff(tmp_path / "h.yaml", support={"model-cache": "c.yaml", "model-validate": None},
+                            timeouts={"retire_s": None, "readiness_s": 7})
+    settings = build_settings(minimal_cli(), invocation_dir=tmp_path, handoff_path=handoff)
+    assert [s.type for s in settings.support] == ["model-cache"]
+    assert (settings.timeouts.retire_s, settings.timeouts.readiness_s) == (Timeouts().retire_s, 7.0)
+
+
 def test_handoff_keys_may_be_written_with_dashes_and_iter(tmp_path: Path):
     handoff = tmp_path / "h.yaml"
     handoff.write_text(f"iter: 0\nprovenance: user-interviewer\nexp-root: e\n--workload: e/w.yaml\n"

@@ -203,3 +203,16 @@ def test_the_exit_code_constants_are_the_documented_ones() -> None:
     assert json.loads(SCHEMA.read_text())["properties"]["next_action"]["properties"]["action"]["enum"] == [
         status_cli.HAND_OFF, status_cli.STOP_FIX, status_cli.HAND_BACK, status_cli.STOP_BUDGET, status_cli.RERUN,
         status_cli.RUN_FIRST, status_cli.PATCH_RERUN]
+
+
+def test_a_session_start_under_another_key_shows_the_wall_clock_as_unknown(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = write_synthetic_experiment(tmp_path, 1).exp_root
+    manifest = root / "manifest.yaml"
+    manifest.write_text('exp_id: "x"\nsession: {opened: "2026-06-01T12:00:00Z"}\n')
+    workload = root / "user_workload.yaml"
+    workload.write_text(workload.read_text().replace("wall_clock_hours: null", "wall_clock_hours: 24"))
+    _, out, _ = _run(capsys, str(root))
+    assert "wall clock unknown of 24 h" in out
+    _, doc = _json(capsys, root)
+    assert doc["budgets"]["wall_clock_hours"]["counted"][0].startswith("unknown: <EXP_ROOT>/manifest.yaml has no")
