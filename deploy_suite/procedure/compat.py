@@ -18,6 +18,7 @@ from deploy_suite.errors import Forbidden, InputError
 from deploy_suite.judges import compat, sku
 from deploy_suite.model import patches
 from deploy_suite.model.dgd import Dgd
+from deploy_suite.model.files import display
 from deploy_suite.procedure.workspace import STABLE_NAMES
 from deploy_suite.record.ledger import atomic_write_text
 from deploy_suite.vocab import BlockerClass
@@ -80,12 +81,13 @@ class Outcome:
     def block(self, category: BlockerClass, message: str, fix: str) -> None:
         self.blockers.append(Finding(category, message, fix))
 
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return str(path)
+    def merge(self, other: Outcome) -> None:
+        """Add ``other``'s findings to these (one step's report gathering its helpers')."""
+        self.patches += other.patches
+        self.blockers += other.blockers
+        self.warnings += other.warnings
+        self.limitations += other.limitations
+        self.evidence.update(other.evidence)
 
 
 class Patcher:
@@ -128,7 +130,7 @@ class Patcher:
                 self.out.warnings.append(f"compatibility patch not applied: {exc}")
                 continue
             touched.add(proposal.file_type)
-            self.out.patches.append(Patch.of(_rel(paths[proposal.file_type], root),
+            self.out.patches.append(Patch.of(display(paths[proposal.file_type], root),
                                                 proposal, changes))
         for kind in touched:
             atomic_write_text(paths[kind], dump_all(docs[kind]))
@@ -245,7 +247,7 @@ def apply_handed(patch_file: Path | None, copies: Mapping[str, Path], recopied: 
     if patch_file is not None:
         name = f"--compat-patch {patch_file}"
         proposal = patches.read_handed(patch_file, name, types)
-        shown = _rel(patch_file, exp_root)
+        shown = display(patch_file, exp_root)
         proposal = patches.Proposal(proposal.file_type, proposal.operations, proposal.reason,
                                     {"patch_file": shown}, patches.HANDED_OVER, proposal.document, shown,
                                     proposal.patch_sha256)
@@ -262,13 +264,13 @@ def apply_handed(patch_file: Path | None, copies: Mapping[str, Path], recopied: 
         path = copies[proposal.file_type]
         docs = written.get(proposal.file_type)
         if docs is None:
-            docs = [d for d in load_all(path, _rel(path, exp_root)) if d]
+            docs = [d for d in load_all(path, display(path, exp_root)) if d]
         try:
             docs, changes = patches.apply(docs, proposal)
         except patches.PatchRefused as exc:
             raise InputError(f"--compat-patch {proposal.patch_file}", f"refused: {exc}", HANDED_FIX) from exc
         written[proposal.file_type] = docs
-        made.append(Patch.of(_rel(path, exp_root), proposal, changes))
+        made.append(Patch.of(display(path, exp_root), proposal, changes))
     for kind, docs in written.items():
         atomic_write_text(copies[kind], dump_all(docs))
     return made, skipped

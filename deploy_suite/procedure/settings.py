@@ -314,19 +314,8 @@ def build_settings(
             prev_src, "given at iteration 0, which has no previous deployment", "drop --prev-deploy-root"
         )
 
-    kubeconfig_value, kube_base, kube_src = pick("kubeconfig")
-    kubeconfig = None
-    if kubeconfig_value not in (None, ""):
-        kubeconfig = _absolute(Path(_text(kubeconfig_value, kube_src)), kube_base)
-        if not kubeconfig.is_file():
-            raise InputError(kube_src, f"{kubeconfig} is not a file", "pass an existing kubeconfig file")
-
-    patch_value, patch_base, patch_src = pick("compat_patch")
-    compat_patch = None
-    if patch_value not in (None, ""):
-        compat_patch = _absolute(Path(_text(patch_value, patch_src)), patch_base)
-        if not compat_patch.is_file():
-            raise InputError(patch_src, f"{compat_patch} is not a file", "pass an existing patch file")
+    kubeconfig = _optional_file(*pick("kubeconfig"), "pass an existing kubeconfig file")
+    compat_patch = _optional_file(*pick("compat_patch"), "pass an existing patch file")
 
     smoke_value, _, smoke_src = pick("smoke_prompt")
     smoke_prompt = DEFAULT_SMOKE_PROMPT if smoke_value is None else _text(smoke_value, smoke_src)
@@ -355,6 +344,16 @@ def build_settings(
         review_id=_optional_text(handoff.get("review_id"), "handoff key 'review_id'"),
         timeouts=_timeouts(cli, handoff.get("timeouts")),
     )
+
+
+def _optional_file(value: Any, base: Path, source: str, fix: str) -> Path | None:
+    """An optional option naming an existing file (relative to ``base``); None when not given."""
+    if value in (None, ""):
+        return None
+    path = _absolute(Path(_text(value, source)), base)
+    if not path.is_file():
+        raise InputError(source, f"{path} is not a file", fix)
+    return path
 
 
 def _absolute(path: Path, base: Path) -> Path:

@@ -37,12 +37,12 @@ from deploy_suite.judges import placement, sku
 from deploy_suite.judges.ownership import LedgerName
 from deploy_suite.model import knobs
 from deploy_suite.model.dgd import Dgd, from_documents
-from deploy_suite.model.files import sha256_file
+from deploy_suite.model.files import display, sha256_file
 from deploy_suite.model.references import image_tag, referenced_claims, referenced_secrets, walk
 from deploy_suite.model.workload import contract_dgd_candidates
 from deploy_suite.procedure import capacity as capacity_gate
 from deploy_suite.procedure import compat, dryrun, owner, platform, retire
-from deploy_suite.procedure.compat import Finding, Patch
+from deploy_suite.procedure.compat import Outcome
 from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import budget, experiment, resume
 from deploy_suite.record.ledger import Ledger
@@ -56,12 +56,10 @@ _PLACEHOLDER_TAG = re.compile(r"(\$\{?[A-Za-z_]+\}?|<[^>]*>|^my-tag$|^your-tag$|
 
 
 @dataclass
-class ValidationReport:
-    blockers: list[Finding] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    limitations: list[str] = field(default_factory=list)
-    patches: list[Patch] = field(default_factory=list)
-    evidence: dict[str, Any] = field(default_factory=dict)
+class ValidationReport(Outcome):
+    """Every step-2 gate's findings (blockers, warnings, limitations, patches, evidence), and what
+    later steps read of the DGD."""
+
     capacity: dict[str, Any] | None = None
     gpus_requested: int = 0
     dgd_name: str = ""
@@ -71,9 +69,6 @@ class ValidationReport:
     @property
     def ok(self) -> bool:
         return not self.blockers
-
-    def block(self, category: BlockerClass, message: str, fix: str) -> None:
-        self.blockers.append(Finding(category, message, fix))
 
 
 @dataclass(frozen=True)
@@ -93,13 +88,6 @@ class ValidationInputs:
     other_live_gpus: int = 0  # GPUs held by this experiment's other live DGDs
 
 
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return str(path)
-
-
 def _load_docs(path: Path, display: str) -> list[Obj]:
     return [d for d in load_all(path, display, "fix the manifest syntax") if d]
 
@@ -117,7 +105,7 @@ class Validator:
     # ------------------------------------------------------------------ entry point
     def run(self) -> ValidationReport:
         inp, rep = self.inp, self.report
-        deploy_display = _rel(inp.deploy_path, inp.display_root)
+        deploy_display = display(inp.deploy_path, inp.display_root)
         # The deploy copy is read once: the model, the patches and the dry-run share the documents.
         docs = {"deploy": _load_docs(inp.deploy_path, deploy_display)}
         dgd = from_documents(docs["deploy"], deploy_display)
@@ -132,7 +120,7 @@ class Validator:
         dgd_doc = next((d for d in docs["deploy"] if d.get("kind") == DGD_KIND), {})
         self._merge(platform.check_platform(self.kube, dgd, dgd_doc, self.crd, self.nodes), "platform")
         for kind, path in inp.support_paths.items():
-            docs[kind] = _load_docs(path, _rel(path, inp.display_root))
+            docs[kind] = _load_docs(path, display(path, inp.display_root))
         self.compatibility_patches(dgd, docs)
         dgd = from_documents(docs["deploy"], deploy_display)  # the patched documents, as written
         self.dry_run(docs)
@@ -219,18 +207,13 @@ class Validator:
         out = compat.Patcher(self.kube, self.inp.namespace, self.inp.workload, self.storage_classes,
                              self.nodes).patch(dgd, docs, {"deploy": self.inp.deploy_path, **self.inp.support_paths},
                                                self.inp.display_root)
-        rep = self.report
-        rep.patches += out.patches
-        rep.blockers += out.blockers
-        rep.warnings += out.warnings
-        rep.limitations += out.limitations
-        self.ev.update(out.evidence)
+        self.report.merge(out)
 
     def dry_run(self, docs: dict[str, list[Obj]]) -> None:
         """Every document; the DGD as the create step 5 will make (``deploy_suite.procedure.dryrun``)."""
         paths = {"deploy": self.inp.deploy_path, **self.inp.support_paths}
         inp = self.inp
-        self._merge(dryrun.dry_run_all(self.kube, docs, {k: _rel(paths[k], inp.display_root) for k in docs},
+        self._merge(dryrun.dry_run_all(self.kube, docs, {k: display(paths[k], inp.display_root) for k in docs},
                                        inp.namespace, inp.retiring, inp.own_uid, inp.retiring_uid), None)
 
     def _merge(self, found: platform.Verdicts, key: str | None) -> None:
