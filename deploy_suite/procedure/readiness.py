@@ -14,7 +14,7 @@ from deploy_suite.errors import Forbidden, KubeError, PlatformFault, StepBlocked
 from deploy_suite.judges import conditions
 from deploy_suite.judges.membership import components
 from deploy_suite.model.dgd import Dgd, load_dgd
-from deploy_suite.procedure import caches, evidence, waits
+from deploy_suite.procedure import caches, evidence, holds, waits
 from deploy_suite.procedure.apply import Applied, platform_blocked
 from deploy_suite.procedure.retire import Progress, quiet
 from deploy_suite.procedure.runstate import RunState
@@ -115,12 +115,17 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, fronte
         nodes: list[Obj] | None = kube.list_items("Node")[0]
     except Forbidden:
         nodes = None
+    # A claim still being bound is a wait within timeouts.pvc_bound_s wherever a pod meets it,
+    # whatever this identity could read in step 4 (holds.ClaimHolds).
     ready = waits.DgdReady(waits.PendingTriage(
-        kube, namespace, nodes, reporting.contention_recheck_s, lambda pod: evidence.last_lines(kube, namespace, pod)),
+        kube, namespace, nodes, reporting.contention_recheck_s, lambda pod: evidence.last_lines(kube, namespace, pod),
+        claims=holds.ClaimHolds(kube, namespace, bounds.pvc_bound_s)),
         dgd.name, expected, reporting.on_allocated, kube.field_manager, bounds.reconcile_error_grace_s,
         reads=waits.SignReads(kube, namespace, lambda pod, container: evidence.last_line(kube, namespace, pod,
                                                                                          container)),
-        loading_s=bounds.readiness_loading_s, read_node=lambda name: kube.get_or_none("Node", name))
+        loading_s=bounds.readiness_loading_s, read_node=lambda name: kube.get_or_none("Node", name),
+        kubelet=holds.KubeletWords(kube, namespace),
+        statuses=holds.WorkloadStatuses(kube, namespace, dgd.name, [c.name for c in dgd.components]))
     ready.progressed("readiness wait started")
     while True:
         now = clock.monotonic()
