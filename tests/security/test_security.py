@@ -243,6 +243,36 @@ def _run_with_cache_of_class(cluster_kube: Kube, identity: Identity, tmp_path: P
     return support.run_suite(exp.exp_root, 0, identity.kubeconfig, tmp_path / "reports")
 
 
+def test_a_namespaced_identitys_claim_a_worker_meets_in_step6_ends_ready_once_made(
+        offline_cluster: OfflineCluster, cluster_kube: Kube, deployer_identity: Identity, tmp_path: Path) -> None:
+    # Issue 29: this identity may not read StorageClasses, so step 4 does not await the model-cache
+    # claim and, with no download Job, the worker is the first pod to meet it: the scheduler's
+    # "unbound immediate PersistentVolumeClaims" while the provisioner takes 30 s is a bounded wait in
+    # step 6 (the claims judged), not a dependency; the run ends ready.
+    slow = f"e2e-slow6-{deployer_identity.namespace}"
+    cluster_kube.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": slow},
+                         "provisioner": "deploy-suite.local/hostpath", "volumeBindingMode": "Immediate",
+                         "parameters": {"provisioningDelaySeconds": "30"}})
+    try:
+        cluster_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": support.SECRET},
+                             "type": "Opaque", "stringData": {"HF_TOKEN": support.new_canary()}},
+                            deployer_identity.namespace)
+        cache = {"model-cache": support.cache_of_class(tmp_path, slow)["model-cache"]}
+        exp = support.write_experiment(tmp_path / "scratch", context=deployer_identity.context,
+                                       namespace=deployer_identity.namespace, support=cache)
+        run = support.run_suite(exp.exp_root, 0, deployer_identity.kubeconfig, tmp_path / "reports")
+        data = run.ledger()
+        assert data["status"] == "ready", (data["blockers"], run.output[-3000:])
+        assert any("binding mode is unknown" in str(x) for x in data["limitations"]), data["limitations"]
+        waited = [c for c in data["readiness"]["contention"] if c["category"] == "provisioning"]
+        assert waited and "still being bound or provisioned" in waited[0]["diagnosis"], data["readiness"]
+        (step6,) = [s for s in data["steps"] if s["name"] == "step6_readiness"]
+        assert step6["duration_s"] >= 20, step6  # it waited for the volume, it did not stop
+        assert data["failed_attempts"] == []
+    finally:
+        cluster_kube.delete("StorageClass", slow)
+
+
 def test_a_namespaced_identitys_claim_naming_a_missing_class_blocks_step4_at_once(
         offline_cluster: OfflineCluster, cluster_kube: Kube, deployer_identity: Identity, tmp_path: Path) -> None:
     # Issue 29: this identity may not read StorageClasses, so step 2 cannot refuse the class and step 4
