@@ -13,6 +13,7 @@ from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME
 from deploy_suite.errors import Forbidden, KubeError, PlatformFault, StepBlocked, StepFailure, WaitTimeout
 from deploy_suite.judges import conditions, shape
 from deploy_suite.judges.membership import components
+from deploy_suite.model import discovery
 from deploy_suite.model.dgd import Dgd, load_dgd
 from deploy_suite.procedure import caches, evidence, holds, waits
 from deploy_suite.procedure.apply import Applied, platform_blocked
@@ -130,6 +131,7 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, fronte
                                                                                          container)),
         loading_s=bounds.readiness_loading_s, read_node=lambda name: kube.get_or_none("Node", name),
         kubelet=holds.KubeletWords(kube, namespace),
+        read_registrations=lambda: kube.list_items(discovery.KIND, namespace)[0],
         statuses=holds.WorkloadStatuses(kube, namespace, dgd.name, [c.name for c in dgd.components]))
     ready.progressed("readiness wait started")
     while True:

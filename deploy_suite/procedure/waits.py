@@ -21,13 +21,14 @@ from deploy_suite.access.kube import Kube
 from deploy_suite.access.resources import DGD, Obj
 from deploy_suite.access.watch import Judge, Seen, Watch
 from deploy_suite.constants import LABEL_DGD_NAME, LABEL_JOB_NAME
-from deploy_suite.errors import Forbidden, KubeError, StepFailure
+from deploy_suite.errors import Forbidden, KubeError, NotFound, StepFailure
 from deploy_suite.judges import claims, conditions, operator_status, signatures, triage, waiting
 from deploy_suite.judges import nodes as node_judge
 from deploy_suite.judges.conditions import DgdStatus, gpus_of, milestones, stop, unschedulable
 from deploy_suite.judges.membership import pod_ready
 from deploy_suite.judges.triage import Verdict  # DgdReady has a field named triage
 from deploy_suite.judges.waiting import Sign, Waiting
+from deploy_suite.model import discovery
 from deploy_suite.procedure import holds
 from deploy_suite.vocab import FailureCategory, TriageCategory, WaitingSign
 
@@ -361,6 +362,10 @@ class DgdReady:
     statuses: holds.WorkloadStatuses | None = None
     stopped: holds.Stopped | None = None
     _gate_since: float | None = None  # when the operator's checkpoint gate was first seen holding replicas
+    # The namespace's DynamoWorkerMetadata (None when not served or not readable): a registration
+    # that has not come is named in what is stuck; read at most every NODE_EVERY_S.
+    read_registrations: Callable[[], list[Obj]] | None = None
+    _registrations: tuple[float, list[Obj]] | None = None
 
     @property
     def awaited(self) -> str:
@@ -423,9 +428,12 @@ class DgdReady:
         now = clock.now()
         events = self.reads.events(pods) if self.reads is not None else {}
         held = self._gate(gate, now)
+        pending = None if status.done else status.description
+        missing = self._unregistered(pods) if pending is not None else []
+        if pending is not None and missing:
+            pending += f"; not registered with Kubernetes discovery (no DynamoWorkerMetadata): {', '.join(missing)}"
         self.signs = waiting.judge(pods, sum(self.wanted.values()), self.triage.held, events,
-                                   dgd_pending=None if status.done else status.description, fallback=self.started_at,
-                                   gate=held)
+                                   dgd_pending=pending, fallback=self.started_at, gate=held)
         if not self.signs.stuck:
             self.waiting_mono = clock.monotonic()
         loads = self.signs.of(WaitingSign.LOADING)
@@ -470,6 +478,22 @@ class DgdReady:
                               FailureCategory.TIMEOUT, [f"dgd/{self.name} Ready=False "
                                                         f"{operator_status.CHECKPOINT_GATE}: {gate}"])
         return Sign(f"dgd/{self.name}", WaitingSign.CHECKPOINT, None, now - timedelta(seconds=held_s), gate)
+
+    def _unregistered(self, pods: Sequence[Obj]) -> list[str]:
+        """The running pods whose registration (``DynamoWorkerMetadata``) has not come, where their
+        runtime registers with Kubernetes discovery (:func:`discovery.unregistered`)."""
+        if self.read_registrations is None or not any(map(discovery.registers, pods)):
+            return []
+        now = clock.monotonic()
+        if self._registrations is None or now - self._registrations[0] >= NODE_EVERY_S:
+            try:
+                self._registrations = (now, self.read_registrations())
+            except (Forbidden, NotFound):  # not served here, or not this identity's to read
+                self.read_registrations = None
+                return []
+            except KubeError:
+                return []
+        return discovery.unregistered(pods, self._registrations[1])
 
     def _stop(self, kind: str, name: str, verdict: Verdict, checked: Sequence[str] = ()) -> None:
         """A verdict waiting cannot help ends the wait; it is kept for the ledger's diagnosis."""

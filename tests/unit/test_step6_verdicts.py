@@ -273,3 +273,48 @@ def test_a_failed_attempt_carries_the_troubleshooting_shape_valid_in_the_ledger(
     assert plain["object"] == "DynamoGraphDeployment/d" and plain["problem_class"] == "no-progress"
     assert not plain["safe_to_continue"] and plain["next_step"]["command"] == \
         "kubectl -n demo describe dynamographdeployment d"
+
+
+# ------------------------------------------------------------------ worker registration
+def registering(ready: bool = True) -> dict[str, Any]:
+    pod = fakekube.pod("d-worker-0", NS, labels={**LABELS, "nvidia.com/dynamo-component-type": "worker"},
+                       node="h200-0", phase="Running", ready=ready)
+    pod["metadata"]["uid"] = "u-1"
+    pod["spec"]["containers"][0]["env"] = [{"name": "DYN_DISCOVERY_BACKEND", "value": "kubernetes"}]
+    return pod
+
+
+def metadata_of(pod: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoWorkerMetadata",
+            "metadata": {"name": pod["metadata"]["name"], "namespace": NS,
+                         "ownerReferences": [{"kind": "Pod", "name": pod["metadata"]["name"], "uid": "u-1"}]}}
+
+
+def test_a_worker_whose_registration_never_comes_is_named_in_what_is_stuck(fake):
+    api, _kube = fake
+    published: list[dict[str, Any]] = []
+    reads: list[int] = []
+
+    def read() -> list[dict[str, Any]]:
+        reads.append(1)
+        return list(published)
+
+    wait = waits.DgdReady(waits.PendingTriage(None, NS), "d", {"worker": 1},  # type: ignore[arg-type]
+                          read_registrations=read)
+    wait(seen(registering()))
+    assert len(wait.signs.stuck) == 1 and "no DynamoWorkerMetadata): d-worker-0" in wait.signs.stuck[0]
+    wait(seen(registering()))
+    assert len(reads) == 1  # read at most every NODE_EVERY_S
+    published.append(metadata_of(registering()))
+    api.fake_clock.advance(waits.NODE_EVERY_S + 1)
+    wait(seen(registering()))
+    assert "DynamoWorkerMetadata" not in " ".join(wait.signs.stuck)
+
+
+def test_without_kubernetes_discovery_no_registration_is_expected():
+    pod = registering()
+    pod["spec"]["containers"][0]["env"] = []
+    wait = waits.DgdReady(waits.PendingTriage(None, NS), "d", {"worker": 1},  # type: ignore[arg-type]
+                          read_registrations=lambda: [])
+    wait(seen(pod))
+    assert "DynamoWorkerMetadata" not in " ".join(wait.signs.stuck)
