@@ -80,8 +80,11 @@ class ClaimHolds:
             judged = self._claims(pod, scheduler)
             self._read[name] = (now, judged)
         if judged.can_wait and now - since >= self.claim_bound_s:
-            return Verdict(TriageCategory.DEPENDENCY, f"{judged.diagnosis}; not bound within {self.claim_bound_s:.0f}s:"
-                           " fix the storage class or its provisioner (waiting longer does not help)", judged.evidence)
+            return Verdict(TriageCategory.DEPENDENCY, f"pod {name}: its PersistentVolumeClaim(s) "
+                           f"{', '.join(claims.claims_of(pod))} not bound within {self.claim_bound_s:.0f}s "
+                           "(timeouts.pvc_bound_s), though nothing said they failed: a dependency, not the "
+                           "candidate's: fix the storage class or its provisioner (waiting longer does not help); "
+                           f"{judged.diagnosis}", judged.evidence)
         return judged
 
     def _claims(self, pod: Obj, scheduler: Verdict) -> Verdict:
