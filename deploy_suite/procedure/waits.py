@@ -362,6 +362,7 @@ class DgdReady:
     statuses: holds.WorkloadStatuses | None = None
     stopped: holds.Stopped | None = None
     _gate_since: float | None = None  # when the operator's checkpoint gate was first seen holding replicas
+    _platform_since: dict[str, float] = field(default_factory=dict)  # pod -> its kubelet first blamed the node
     # The namespace's DynamoWorkerMetadata (None when not served or not readable): a registration
     # that has not come is named in what is stuck; read at most every NODE_EVERY_S.
     read_registrations: Callable[[], list[Obj]] | None = None
@@ -507,7 +508,14 @@ class DgdReady:
                 self.on_allocated(self.allocated_at)
         name = str(pod["metadata"]["name"])
         said = self.kubelet.verdict(pod, warnings, self.triage.last_lines(pod)) if self.kubelet else None
-        if said is not None and not said.can_wait:  # its kubelet's words first: a probe names why it restarts
+        # The kubelet's words on its node (a sandbox it cannot create) may be a node still starting:
+        # final once they outlast the reconcile grace, as a node down is (docs/procedure.md, step 6).
+        platform = said is not None and said.category == TriageCategory.PLATFORM
+        since = self._platform_since.setdefault(name, clock.monotonic()) if platform else \
+            self._platform_since.pop(name, None)
+        if said is not None and not said.can_wait and (
+                not platform or clock.monotonic() - (since or 0.0) >= self.failed_grace_s):
+            # Its kubelet's words first: a probe names why a container restarts.
             self._stop("Pod", name, said, ("its status", "its events", "its containers' last log lines"))
         # A container verdict is judged on every pod change, a scheduler verdict once per verdict.
         for verdict, once in ((self.triage.containers(pod), True), (self.triage.verdict(pod), False)):

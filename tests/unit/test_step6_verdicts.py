@@ -318,3 +318,19 @@ def test_without_kubernetes_discovery_no_registration_is_expected():
                           read_registrations=lambda: [])
     wait(seen(pod))
     assert "DynamoWorkerMetadata" not in " ".join(wait.signs.stuck)
+
+
+def test_a_sandbox_the_node_cannot_create_blocks_only_once_it_outlasts_the_grace(fake):
+    # The kubelet retries a sandbox whose network is not set up yet (a node still starting its CNI).
+    api, kube = fake
+    said = pod_event("w.sandbox", "FailedCreatePodSandBox", 'Failed to create pod sandbox: rpc error: code = '
+                     'Unknown desc = failed to setup network for sandbox "abc": cni plugin not initialized', 3,
+                     "Warning")
+    pod = fakekube.pod("d-worker-0", NS, labels=LABELS, gpus=1, node="h200-0")
+    pod["metadata"]["uid"] = "u-1"
+    wait = ready_wait(kube, failed_grace_s=30.0)
+    assert not wait(seen(pod, events=[said]))[0]
+    api.fake_clock.advance(31)
+    with pytest.raises(StepBlocked) as caught:
+        wait(seen(pod, events=[said]))
+    assert caught.value.category == BlockerClass.PLATFORM and "sandbox" in caught.value.message
