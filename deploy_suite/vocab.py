@@ -115,6 +115,7 @@ class WaitingSign(StrEnum):
     HELD = "held"  # a hold decision: contention, a node being provisioned, a gang being assembled
     PULLING = "pulling"  # the kubelet pulls its image (``Pulling``, no failure)
     LOADING = "loading"  # a container running without restarts, not ready yet (a model loading)
+    CHECKPOINT = "checkpoint"  # the operator holds replicas at zero until a component's checkpoint is ready
 
 
 # What a StepFailure's ``category`` holds: its own failure category or the verdict that stopped it.

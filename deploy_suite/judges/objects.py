@@ -23,6 +23,7 @@ from deploy_suite.vocab import TriageCategory
 _BAD_WHEN_FALSE = frozenset({"Available", "Ready", "QuotaReserved", "Admitted"})
 _BAD_WHEN_TRUE = frozenset({"PodSchedulingErrors", "Unschedulable", "ReplicaFailure", "Failed"})
 DYNAMO_KINDS = frozenset({"DynamoGraphDeployment", "DynamoComponentDeployment"})
+PROBE_REASONS = frozenset({"Unhealthy", "Killing"})  # the prober's and the kubelet's words on a probe
 
 
 @dataclass
@@ -145,14 +146,20 @@ def triage_pod(pod: Obj | None, name: str, events: Sequence[Obj], nodes: Sequenc
     subject = f"pod {name}"
     pulls = _pull_messages(events)
     found: list[Verdict | None] = []
+    heard = triage.heard(events)
+    # The prober's and the kubelet's word on a probe kill names why a container restarts: it comes
+    # before the generic crash rule's restart count (docs/triage.md, "Probes").
+    found += [triage.from_words(subject, str(e.get("reason")), str(e.get("message")), said, recheck_s)
+              for e, said in heard if said.decisive and e.get("reason") in PROBE_REASONS]
     if pod is not None:
         found += [triage.triage_containers(pod, pulls[-2:], _logs_of(pod, logs or {})), triage_rejected(pod, subject)]
     else:
         found += [triage.triage_pull_events(subject, pulls[-2:]), triage_logs(subject, logs or {})]
     if pod is None or not (pod.get("spec") or {}).get("nodeName"):
         found.append(triage.triage_pending(pod or {"metadata": {"name": name}}, events, nodes, recheck_s))
-    for event, said in triage.heard(events):
-        if said.speaker in {words.KUBELET, words.OPERATOR, words.CREATE, words.BINDER}:
+    for event, said in heard:
+        if said.speaker in {words.KUBELET, words.OPERATOR, words.CREATE, words.BINDER} and not (
+                said.decisive and event.get("reason") in PROBE_REASONS):
             found.append(triage.from_words(subject, str(event.get("reason")), str(event.get("message")), said,
                                            recheck_s))
     return triage.combine(found)

@@ -97,3 +97,54 @@ def generation(obj: Obj, field_manager: str | None) -> Generation:
     if applied is not None and since is not None and since >= applied:
         return Generation(True, "ready-after-apply")
     return Generation(False, "stale")
+
+
+# The reasons the current operator gives on the DGD's Ready condition while it is not ready, and
+# what each leaves to the harness (docs/operator-generations.md, "Why the DGD is not Ready"):
+# ``some_resources_are_not_ready`` (every generation: checkResourcesReadiness), the Grove-derived
+# ``insufficient_capacity``, ``pods_not_ready``, ``updating``, ``mixed_not_ready_reasons`` (ai-dynamo/dynamo
+# pull request 11131), and ``waiting_for_checkpoint`` (applyCheckpointStartupReadiness, ai-dynamo/dynamo
+# deploy/operator/internal/controller/dynamographdeployment_controller.go): a component whose
+# checkpoint startup policy waits for its checkpoint is held at zero replicas until it is ready.
+CHECKPOINT_GATE = "waiting_for_checkpoint"
+NOT_READY_REASONS: dict[str, str] = {
+    "some_resources_are_not_ready": "some of its resources are not ready (the pods say why)",
+    "insufficient_capacity": "the orchestrator could not schedule every replica (the pods' scheduling words say why)",
+    "pods_not_ready": "its pods are scheduled, not all ready (loading, or their containers say why)",
+    "updating": "a rollout of its components is under way",
+    "mixed_not_ready_reasons": "its components are not ready for different reasons (the pods say which)",
+    CHECKPOINT_GATE: "the operator holds a component at zero replicas until its checkpoint (a GPU-memory "
+                     "snapshot) is ready: a legitimate wait",
+}
+
+
+def not_ready_reason(status: Obj) -> str | None:
+    """What the Ready condition's reason says while the DGD is not ready (None: Ready, or a reason
+    no generation gives here: its text is shown as it is)."""
+    cond = ready_condition(status)
+    if cond.get("status") == "True" or status.get("state") == "failed":
+        return None
+    return NOT_READY_REASONS.get(str(cond.get("reason") or ""))
+
+
+def checkpoint_gate(status: Obj) -> str | None:
+    """The operator's message while a checkpoint gate holds replicas at zero (``Waiting for
+    checkpoints: <component> (<checkpoint>)``); None otherwise."""
+    cond = ready_condition(status)
+    if status.get("state") == "failed" or cond.get("status") == "True" or cond.get("reason") != CHECKPOINT_GATE:
+        return None
+    return str(cond.get("message") or CHECKPOINT_GATE)
+
+
+def unscheduled(status: Obj) -> list[str]:
+    """Components whose ``scheduledReplicas`` (current operators, Grove path) is below their
+    ``replicas``: ``decode scheduled 1/2``."""
+    out = []
+    for field in ("components", "services"):
+        for name, comp in (status.get(field) or {}).items():
+            if not isinstance(comp, Mapping) or "scheduledReplicas" not in comp:
+                continue
+            scheduled, wanted = comp.get("scheduledReplicas"), comp.get("replicas")
+            if isinstance(scheduled, int) and isinstance(wanted, int) and scheduled < wanted:
+                out.append(f"{name} scheduled {scheduled}/{wanted}")
+    return out

@@ -54,3 +54,22 @@ def troubleshooting(kind: str, name: str, namespace: str, verdict: Verdict,
         "ruled_out": [*verdict.ruled_out, *([excluded] if excluded else [])],
         "safe_to_continue": verdict.action in SAFE,
     }
+
+
+def stopped(kind: str, name: str, namespace: str, stop: tuple[str, str, Sequence[str]], *, failed_attempt: bool,
+            checked: Sequence[str] = ()) -> dict[str, Any]:
+    """The troubleshooting fields of a wait that ended on its own bound or a status, not on one
+    object's verdict (no progress, a loading or checkpoint timeout, a reconcile error); ``stop`` is
+    its category, its diagnosis and its evidence. Safe to continue only when it is a failed attempt
+    (the next candidate may run); anything else needs the cause fixed or read first."""
+    category, diagnosis, evidence = stop
+    ns = f"-n {namespace} " if namespace else ""
+    return {
+        "problem_class": category,
+        "evidence_checked": list(checked),
+        "strongest_signal": evidence[0] if evidence else diagnosis,
+        "likely_cause": " ".join(diagnosis.split()),
+        "next_step": {"command": f"kubectl {ns}describe {kind.lower()} {name}", "patch": None},
+        "ruled_out": [],
+        "safe_to_continue": failed_attempt,
+    }

@@ -195,10 +195,11 @@ def pod_wait(pod: Obj, hold: Verdict | None, events: Sequence[Obj], fallback: da
 
 
 def judge(pods: Sequence[Obj], expected: int, holds: Mapping[str, Verdict], events: Mapping[str, Sequence[Obj]], *,
-          dgd_pending: str | None, fallback: datetime) -> Waiting:
+          dgd_pending: str | None, fallback: datetime, gate: Sign | None = None) -> Waiting:
     """The DGD's pods: their signs, and what is stuck. ``holds`` and ``events`` are by pod name (as
     the wait last judged and read them); ``dgd_pending`` is the DGD's state line while it is not
-    done, stuck itself once every pod is ready; ``fallback`` dates a container whose start is unsaid."""
+    done, stuck itself once every pod is ready; ``fallback`` dates a container whose start is unsaid;
+    ``gate``: the operator holds replicas at zero for a checkpoint, so pods not created are its sign."""
     signs: list[Sign] = []
     stuck: list[str] = []
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
@@ -209,7 +210,9 @@ def judge(pods: Sequence[Obj], expected: int, holds: Mapping[str, Verdict], even
             signs.append(said)
         elif said is not None:
             stuck.append(said)
-    if len(live) < expected:
+    if len(live) < expected and gate is not None:
+        signs.append(gate)
+    elif len(live) < expected:
         stuck.append(f"{expected - len(live)} of {expected} pods not created")
     if not signs and not stuck and dgd_pending:
         stuck.append(dgd_pending)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from deploy_suite.constants import LABEL_COMPONENT_TYPE
+
 Obj = dict[str, Any]
 
 KIND = "DynamoWorkerMetadata"
@@ -69,3 +71,28 @@ def generate_instances(objs: Iterable[Obj], pod: Obj) -> list[tuple[int, str]]:
         if all(ident != seen for seen, _ in instances):
             instances.append((ident, name))
     return instances
+
+
+BACKEND_ENV = "DYN_DISCOVERY_BACKEND"
+
+
+def registers(pod: Obj) -> bool:
+    """Whether the pod is a worker whose runtime registers with Kubernetes discovery: a container's
+    env sets ``DYN_DISCOVERY_BACKEND=kubernetes`` (the operator writes it where discovery is
+    Kubernetes); a frontend's or a planner's pod serves no worker endpoint."""
+    kind = str(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_COMPONENT_TYPE) or "")
+    if kind in {"frontend", "planner", "main"}:
+        return False
+    containers = ((pod.get("spec") or {}).get("containers") or [])
+    return any(isinstance(e, dict) and e.get("name") == BACKEND_ENV and e.get("value") == "kubernetes"
+               for c in containers if isinstance(c, dict) for e in c.get("env") or [])
+
+
+def unregistered(pods: Iterable[Obj], objs: Iterable[Obj]) -> list[str]:
+    """The names of the running pods that register with Kubernetes discovery and have no
+    ``DynamoWorkerMetadata`` of theirs (a registration that has not come)."""
+    found = list(objs)
+    return sorted(str((p.get("metadata") or {}).get("name")) for p in pods
+                  if registers(p) and (p.get("status") or {}).get("phase") == "Running"
+                  and not (p.get("metadata") or {}).get("deletionTimestamp")
+                  and not any(owned_by(o, p) for o in found))

@@ -11,10 +11,11 @@ from deploy_suite import clock
 from deploy_suite.access.kube import DGD, Kube, Obj
 from deploy_suite.constants import LABEL_COMPONENT, LABEL_DGD_NAME
 from deploy_suite.errors import Forbidden, KubeError, PlatformFault, StepBlocked, StepFailure, WaitTimeout
-from deploy_suite.judges import conditions
+from deploy_suite.judges import conditions, shape
 from deploy_suite.judges.membership import components
+from deploy_suite.model import discovery
 from deploy_suite.model.dgd import Dgd, load_dgd
-from deploy_suite.procedure import caches, evidence, waits
+from deploy_suite.procedure import caches, evidence, holds, waits
 from deploy_suite.procedure.apply import Applied, platform_blocked
 from deploy_suite.procedure.retire import Progress, quiet
 from deploy_suite.procedure.runstate import RunState
@@ -44,6 +45,8 @@ class Readiness:
     generation_rule: str | None = None  # how the status was known to describe the current spec
     reconcile_errors: list[dict[str, Any]] = field(default_factory=list)  # `failed` states seen, and their outcome
     verdict_at: str | None = None  # when the wait gave its verdict, to the microsecond (time to verdict)
+    # On failure: the diagnosis in the troubleshooting shape (docs/triage.md), also on the failed attempt.
+    troubleshooting: dict[str, Any] | None = None
     # Not part of the ledger section:
     config_engagement: list[dict[str, Any]] = field(default_factory=list)
     failed: bool = False
@@ -52,12 +55,13 @@ class Readiness:
     torn_down_at: str | None = None
     failure_evidence: dict[str, Any] | None = None
     teardown: dict[str, Any] | None = None
+    stopped: holds.Stopped | None = None  # the verdict that ended the wait, on which object
 
     def as_dict(self) -> dict[str, Any]:
         """The ledger's ``readiness`` section."""
         return {k: v for k, v in asdict(self).items()
                 if k not in {"config_engagement", "failed", "failed_attempt", "attempt_recorded", "torn_down_at",
-                             "failure_evidence", "teardown"}}
+                             "failure_evidence", "teardown", "stopped", "troubleshooting"}}
 
     def record(self, ledger: Ledger) -> Mapping[str, Any]:
         # Every contention wait was a decision to hold rather than fail: the procedure asks for its
@@ -70,9 +74,11 @@ class Readiness:
             ledger.set_section("readiness", {"state": self.state, "diagnosis": self.diagnosis,
                                              "evidence": self.evidence, "last_progress": self.last_progress,
                                              "contention": self.contention, "reconcile_errors": self.reconcile_errors,
-                                             "verdict_at": self.verdict_at, "failure_evidence": self.failure_evidence})
+                                             "verdict_at": self.verdict_at, "failure_evidence": self.failure_evidence,
+                                             "troubleshooting": self.troubleshooting})
             if self.failed_attempt and not self.attempt_recorded:
-                ledger.add_failed_attempt("step6_readiness", self.state, self.evidence, self.diagnosis)
+                ledger.add_failed_attempt("step6_readiness", self.state, self.evidence, self.diagnosis,
+                                          self.troubleshooting)
                 self.attempt_recorded = True
             if self.teardown is not None:
                 ledger.set_section("teardown", self.teardown)
@@ -115,12 +121,18 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, fronte
         nodes: list[Obj] | None = kube.list_items("Node")[0]
     except Forbidden:
         nodes = None
+    # A claim still being bound is a wait within timeouts.pvc_bound_s wherever a pod meets it,
+    # whatever this identity could read in step 4 (holds.ClaimHolds).
     ready = waits.DgdReady(waits.PendingTriage(
-        kube, namespace, nodes, reporting.contention_recheck_s, lambda pod: evidence.last_lines(kube, namespace, pod)),
+        kube, namespace, nodes, reporting.contention_recheck_s, lambda pod: evidence.last_lines(kube, namespace, pod),
+        claims=holds.ClaimHolds(kube, namespace, bounds.pvc_bound_s)),
         dgd.name, expected, reporting.on_allocated, kube.field_manager, bounds.reconcile_error_grace_s,
         reads=waits.SignReads(kube, namespace, lambda pod, container: evidence.last_line(kube, namespace, pod,
                                                                                          container)),
-        loading_s=bounds.readiness_loading_s, read_node=lambda name: kube.get_or_none("Node", name))
+        loading_s=bounds.readiness_loading_s, read_node=lambda name: kube.get_or_none("Node", name),
+        kubelet=holds.KubeletWords(kube, namespace),
+        read_registrations=lambda: kube.list_items(discovery.KIND, namespace)[0],
+        statuses=holds.WorkloadStatuses(kube, namespace, dgd.name, [c.name for c in dgd.components]))
     ready.progressed("readiness wait started")
     while True:
         now = clock.monotonic()
@@ -175,10 +187,29 @@ def _progress(ready: waits.DgdReady, started: float) -> dict[str, Any]:
 
 
 def _partial(ready: waits.DgdReady, started: float) -> Readiness:
-    """What a stopped wait saw: its last progress, the last contention and the reconcile errors."""
+    """What a stopped wait saw: its last progress, the last contention, the reconcile errors and
+    the verdict that stopped it (a claim's final word is its pods' triage's)."""
     progress = _progress(ready, started)
+    claims = ready.triage.claims
     return Readiness(last_progress=progress, contention=list(progress["contention"]),
-                     reconcile_errors=list(progress["reconcile_errors"]))
+                     reconcile_errors=list(progress["reconcile_errors"]),
+                     stopped=ready.stopped or (claims.stopped if claims is not None else None))
+
+
+def troubleshooting(exc: StepFailure | StepBlocked, seen: Readiness, namespace: str, dgd: str) -> dict[str, Any]:
+    """The failure's diagnosis in the troubleshooting shape: from the verdict that stopped the wait
+    and the object it is on when one did, else from the stop itself (no progress, a bound, the DGD's
+    status) on the DGD."""
+    failed_attempt = isinstance(exc, StepFailure) and exc.failed_attempt
+    if seen.stopped is not None:
+        found = seen.stopped
+        return {"object": f"{found.kind}/{found.name}",
+                **shape.troubleshooting(found.kind, found.name, namespace, found.verdict, found.checked)}
+    evidence = exc.evidence if isinstance(exc, StepFailure) else [exc.message]
+    checked = ["the DGD's status", "its pods' status", "the Warning events of the namespace"]
+    return {"object": f"DynamoGraphDeployment/{dgd}",
+            **shape.stopped("DynamoGraphDeployment", dgd, namespace, (str(exc.category), str(exc), evidence),
+                            failed_attempt=failed_attempt, checked=checked)}
 
 
 def _progress_line(ready: waits.DgdReady, started: float) -> str:
@@ -213,7 +244,8 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
                            evidence=exc.evidence if isinstance(exc, StepFailure) else [exc.message], failed=True,
                            failed_attempt=isinstance(exc, StepFailure) and exc.failed_attempt,
                            last_progress=seen.last_progress, contention=seen.contention,
-                           reconcile_errors=seen.reconcile_errors, verdict_at=verdict_at)
+                           reconcile_errors=seen.reconcile_errors, verdict_at=verdict_at,
+                           troubleshooting=troubleshooting(exc, seen, run.namespace, dgd.name))
         found, text = evidence.collect(kube, run.namespace, dgd.name)
         found.log_file = run.rel(evidence.write(run.deploy_root / "logs", dgd.name, text))
         failed.failure_evidence = found.as_dict()

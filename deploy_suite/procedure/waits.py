@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from deploy_suite import clock
@@ -21,13 +21,16 @@ from deploy_suite.access.kube import Kube
 from deploy_suite.access.resources import DGD, Obj
 from deploy_suite.access.watch import Judge, Seen, Watch
 from deploy_suite.constants import LABEL_DGD_NAME, LABEL_JOB_NAME
-from deploy_suite.errors import Forbidden, KubeError
+from deploy_suite.errors import Forbidden, KubeError, NotFound, StepFailure
 from deploy_suite.judges import claims, conditions, operator_status, signatures, triage, waiting
+from deploy_suite.judges import nodes as node_judge
 from deploy_suite.judges.conditions import DgdStatus, gpus_of, milestones, stop, unschedulable
 from deploy_suite.judges.membership import pod_ready
 from deploy_suite.judges.triage import Verdict  # DgdReady has a field named triage
 from deploy_suite.judges.waiting import Sign, Waiting
-from deploy_suite.vocab import TriageCategory, WaitingSign
+from deploy_suite.model import discovery
+from deploy_suite.procedure import holds
+from deploy_suite.vocab import FailureCategory, TriageCategory, WaitingSign
 
 # The reads behind the signs of a legitimate wait, at a modest rate (not every tick): a pod's
 # events once a container has waited this long to be created, again every EVENTS_EVERY_S until
@@ -120,8 +123,12 @@ class PendingTriage:
 
     def __init__(self, kube: Kube, namespace: str, nodes: Sequence[Obj] | None = None,
                  recheck_s: float = 30.0,
-                 read_logs: Callable[[Obj], Mapping[str, Sequence[str]]] | None = None) -> None:
+                 read_logs: Callable[[Obj], Mapping[str, Sequence[str]]] | None = None, *,
+                 claims: holds.ClaimHolds | None = None) -> None:
         self.kube = kube
+        # Step 6: a pod held on its unbound claims is judged by them (:class:`holds.ClaimHolds`).
+        self.claims = claims
+        self._claim_said: dict[str, str] = {}
         # The caller reads the terminated containers' last lines (procedure/evidence.py), once per termination.
         self.read_logs = read_logs
         self._logs: dict[str, tuple[str, Mapping[str, Sequence[str]]]] = {}
@@ -137,7 +144,26 @@ class PendingTriage:
         self._pulls: dict[str, tuple[str, triage.Verdict]] = {}
 
     def verdict(self, pod: Obj) -> triage.Verdict | None:
-        """A new verdict on ``pod``; None when it is not unschedulable or nothing changed."""
+        """A new verdict on ``pod``; None when it is not unschedulable or nothing changed. On
+        unbound claims (with ``claims``), the claims' verdict whenever it changes: a hold while they
+        are being bound or provisioned, the claim's class at its final word."""
+        said = self._scheduler(pod)
+        if self.claims is None:
+            return said
+        judged = self.claims.judge(pod, said)
+        name = str(pod["metadata"]["name"])
+        if judged is said:
+            self._claim_said.pop(name, None)
+            return said
+        if judged is None:
+            return None
+        self.held[name] = judged
+        if self._claim_said.get(name) == judged.diagnosis:
+            return None
+        self._claim_said[name] = judged.diagnosis
+        return judged
+
+    def _scheduler(self, pod: Obj) -> triage.Verdict | None:
         cond = unschedulable(pod)
         name = pod["metadata"]["name"]
         if cond is None:
@@ -175,7 +201,7 @@ class PendingTriage:
         """The pod's container verdict (:func:`triage.triage_containers`). An image pull whose
         waiting message does not say why (``Back-off pulling image "x"``) is judged again with the
         pod's pull-failure events, which carry the registry's answer."""
-        verdict = triage.triage_containers(pod, logs=self._last_lines(pod))
+        verdict = triage.triage_containers(pod, logs=self.last_lines(pod))
         if verdict is None or verdict.category != TriageCategory.PULL_RETRY:
             return verdict
         name = pod["metadata"]["name"]
@@ -188,7 +214,7 @@ class PendingTriage:
         self._pulls[name] = (stamp, verdict)
         return verdict
 
-    def _last_lines(self, pod: Obj) -> Mapping[str, Sequence[str]]:
+    def last_lines(self, pod: Obj) -> Mapping[str, Sequence[str]]:
         """The last log lines of the pod's terminated containers, read again only when one ends anew."""
         if self.read_logs is None:
             return {}
@@ -251,14 +277,10 @@ class SignReads:
         return self._line[2]
 
 
-# A pod held on its unbound claims reads them (and their events) again at most this often.
-CLAIM_EVERY_S = 5.0
-
-
 class JobComplete:
     """A Job's ``Complete`` condition (:func:`conditions.judge_job`), its pending pods triaged. A pod
     the scheduler holds on its unbound claims waits as long as they are still being bound or
-    provisioned, within ``claim_bound_s`` (:func:`claims.claim_wait`); a claim's final word stops
+    provisioned, within ``claim_bound_s`` (:class:`holds.ClaimHolds`); a claim's final word stops
     the wait at once with the claim's class (:func:`conditions.claim_stop`)."""
 
     def __init__(self, kube: Kube, namespace: str, job: str, kind: str, claim_bound_s: float = 600.0) -> None:
@@ -266,14 +288,11 @@ class JobComplete:
         self.namespace = namespace
         self.job = job
         self.kind = kind
-        self.claim_bound_s = claim_bound_s
         self.awaited = f"job/{job} Complete"
         self.watches = {"job": Watch("Job", namespace, job),
                         "pods": Watch("Pod", namespace, label_selector=f"{LABEL_JOB_NAME}={job}")}
         self.triage = PendingTriage(kube, namespace)
-        # Pods held on their claims: since when, the scheduler's verdict; the claims' last reading.
-        self._held: dict[str, tuple[float, Verdict]] = {}
-        self._read: dict[str, tuple[float, Verdict]] = {}
+        self.holds = holds.ClaimHolds(kube, namespace, claim_bound_s)
 
     def __call__(self, seen: Seen) -> tuple[bool, str]:
         obj = seen["job"].get(f"{self.namespace}/{self.job}") or {}
@@ -281,40 +300,8 @@ class JobComplete:
         return conditions.judge_job(self.job, self.kind, obj, map(self.verdict, seen["pods"].values()))
 
     def verdict(self, pod: Obj) -> Verdict | None:
-        """The pod's verdict; on unbound claims, the claims' own (read at most every CLAIM_EVERY_S)."""
-        name = str(pod["metadata"]["name"])
-        said = self.triage.verdict(pod)
-        if claims.waits_on_claims(said) and said is not None:
-            self._held[name] = (self._held.get(name, (clock.monotonic(), said))[0], said)
-        elif said is not None or unschedulable(pod) is None:
-            self._held.pop(name, None)
-            return said
-        if name not in self._held:
-            return said
-        since, scheduler = self._held[name]
-        now = clock.monotonic()
-        read_at, judged = self._read.get(name, (None, None))
-        if read_at is None or judged is None or now - read_at >= CLAIM_EVERY_S:
-            judged = self._claims(pod, scheduler)
-            self._read[name] = (now, judged)
-        if judged.can_wait and now - since >= self.claim_bound_s:
-            return Verdict(TriageCategory.DEPENDENCY, f"{judged.diagnosis}; not bound within {self.claim_bound_s:.0f}s:"
-                           " fix the storage class or its provisioner (waiting longer does not help)", judged.evidence)
-        return judged
-
-    def _claims(self, pod: Obj, scheduler: Verdict) -> Verdict:
-        held: dict[str, tuple[Obj | None, Sequence[Obj]]] = {}
-        try:
-            for claim in claims.claims_of(pod):
-                held[claim] = (self.kube.get_or_none("PersistentVolumeClaim", claim, self.namespace),
-                               self.kube.events_for(claim, self.namespace, "PersistentVolumeClaim"))
-        except KubeError as exc:  # no answer now: the claims are read again at the next look
-            return Verdict(TriageCategory.PROVISIONING, f"its claims could not be read ({exc}): waiting",
-                           list(scheduler.evidence), can_wait=True)
-        judged = claims.claim_wait(scheduler, held)
-        if not judged.can_wait and judged is not scheduler:  # the claim's own final word, not a missing claim
-            conditions.claim_stop(judged, [e for _, events in held.values() for e in events])
-        return judged
+        """The pod's verdict; on unbound claims, the claims' own (:meth:`holds.ClaimHolds.judge`)."""
+        return self.holds.judge(pod, self.triage.verdict(pod))
 
 
 # ---------------------------------------------------------------------------- readiness
@@ -369,6 +356,17 @@ class DgdReady:
     _line: str | None = None
     _waits: dict[str, str] = field(default_factory=dict)
     _failed_since: float | None = None
+    # Step 6's other reads (procedure/holds.py): a not-ready pod's kubelet words, the workload
+    # objects' statuses; the verdict that ended the wait (the ledger's troubleshooting shape).
+    kubelet: holds.KubeletWords | None = None
+    statuses: holds.WorkloadStatuses | None = None
+    stopped: holds.Stopped | None = None
+    _gate_since: float | None = None  # when the operator's checkpoint gate was first seen holding replicas
+    _platform_since: dict[str, float] = field(default_factory=dict)  # pod -> its kubelet first blamed the node
+    # The namespace's DynamoWorkerMetadata (None when not served or not readable): a registration
+    # that has not come is named in what is stuck; read at most every NODE_EVERY_S.
+    read_registrations: Callable[[], list[Obj]] | None = None
+    _registrations: tuple[float, list[Obj]] | None = None
 
     @property
     def awaited(self) -> str:
@@ -391,8 +389,9 @@ class DgdReady:
 
     def __call__(self, seen: Seen) -> tuple[bool, str]:
         pods = list(seen["pods"].values())
+        warnings = list(seen.get("events", {}).values())
         for pod in pods:
-            self._judge_pod(pod)
+            self._judge_pod(pod, warnings)
         self._judge_nodes(pods)
         new = sorted(set().union(*map(milestones, pods)) - self.reached) if pods else []
         if new:
@@ -400,18 +399,22 @@ class DgdReady:
             self.progressed(new[-1] if len(new) == 1 else f"{new[-1]} (and {len(new) - 1} more)")
         obj = seen["dgd"].get(f"{self.triage.namespace}/{self.name}")
         if len(pods) < sum(self.wanted.values()):  # once every pod exists, a refusal to create one is history
-            for what, verdict in conditions.below_dgd(self.name, tuple(self.wanted), obj,
-                                                      seen.get("events", {}).values(), self.triage.recheck_s):
+            for what, verdict in conditions.below_dgd(self.name, tuple(self.wanted), obj, warnings,
+                                                      self.triage.recheck_s):
                 if not verdict.can_wait:
-                    stop(verdict)
+                    kind, _, child = what.partition("/")
+                    self._stop(kind, child, verdict, ("the Warning events of the DGD's children",))
                 self._note_wait(what, verdict, True)
         status = conditions.dgd_status(self.name, obj, pods, self.wanted, self.field_manager)
+        if not status.done:
+            self._judge_statuses(pods)
         self.dgd_state, self.ready_condition, self.ready_reason = (status.state, status.ready_condition,
                                                                    status.ready_reason)
         self._judge_failed((obj or {}).get("status") or {})
         self.generation_rule = status.generation_rule
-        self._judge_waiting(pods, status)
-        desc = status.description
+        st = (obj or {}).get("status") or {}
+        self._judge_waiting(pods, status, operator_status.checkpoint_gate(st))
+        desc = _described(status, st)
         if self._failed_since is not None:
             desc += f"; reconcile error for {clock.monotonic() - self._failed_since:.0f}s, not yet a verdict"
         if self.contention:
@@ -419,12 +422,19 @@ class DgdReady:
         said = waiting.summary(self.signs, clock.now(), self._line)
         return status.done, f"{desc}; {said}" if said else desc
 
-    def _judge_waiting(self, pods: Sequence[Obj], status: DgdStatus) -> None:
-        """What waits with a sign and what is stuck; a container loading past ``loading_s`` ends the wait."""
+    def _judge_waiting(self, pods: Sequence[Obj], status: DgdStatus, gate: str | None = None) -> None:
+        """What waits with a sign and what is stuck; a container loading past ``loading_s`` ends the
+        wait, and so does a checkpoint gate (``gate``: the operator's message) holding replicas at
+        zero for as long."""
         now = clock.now()
         events = self.reads.events(pods) if self.reads is not None else {}
+        held = self._gate(gate, now)
+        pending = None if status.done else status.description
+        missing = self._unregistered(pods) if pending is not None else []
+        if pending is not None and missing:
+            pending += f"; not registered with Kubernetes discovery (no DynamoWorkerMetadata): {', '.join(missing)}"
         self.signs = waiting.judge(pods, sum(self.wanted.values()), self.triage.held, events,
-                                     dgd_pending=None if status.done else status.description, fallback=self.started_at)
+                                   dgd_pending=pending, fallback=self.started_at, gate=held)
         if not self.signs.stuck:
             self.waiting_mono = clock.monotonic()
         loads = self.signs.of(WaitingSign.LOADING)
@@ -453,18 +463,79 @@ class DgdReady:
         self.reconcile_errors[-1].update(message=verdict.message, outcome=verdict.outcome, seconds=round(lasted, 3))
         raise verdict.error
 
-    def _judge_pod(self, pod: Obj) -> None:
+    def _gate(self, gate: str | None, now: datetime) -> Sign | None:
+        """The checkpoint gate's sign while it holds, since it was first seen; past ``loading_s`` it
+        ends the wait (``timeout``), naming the checkpoints the operator still waits for."""
+        if gate is None:
+            self._gate_since = None
+            return None
+        mono = clock.monotonic()
+        self._gate_since = mono if self._gate_since is None else self._gate_since
+        held_s = mono - self._gate_since
+        if held_s >= self.loading_s:
+            raise StepFailure(f"dgd/{self.name}: the operator held replicas at zero for {held_s:.0f}s "
+                              f"(timeouts.readiness_loading_s {self.loading_s:.0f}s) waiting for a checkpoint: "
+                              f"{gate}; the checkpoint never became ready (read its DynamoCheckpoint and its Job)",
+                              FailureCategory.TIMEOUT, [f"dgd/{self.name} Ready=False "
+                                                        f"{operator_status.CHECKPOINT_GATE}: {gate}"])
+        return Sign(f"dgd/{self.name}", WaitingSign.CHECKPOINT, None, now - timedelta(seconds=held_s), gate)
+
+    def _unregistered(self, pods: Sequence[Obj]) -> list[str]:
+        """The running pods whose registration (``DynamoWorkerMetadata``) has not come, where their
+        runtime registers with Kubernetes discovery (:func:`discovery.unregistered`)."""
+        if self.read_registrations is None or not any(map(discovery.registers, pods)):
+            return []
+        now = clock.monotonic()
+        if self._registrations is None or now - self._registrations[0] >= NODE_EVERY_S:
+            try:
+                self._registrations = (now, self.read_registrations())
+            except (Forbidden, NotFound):  # not served here, or not this identity's to read
+                self.read_registrations = None
+                return []
+            except KubeError:
+                return []
+        return discovery.unregistered(pods, self._registrations[1])
+
+    def _stop(self, kind: str, name: str, verdict: Verdict, checked: Sequence[str] = ()) -> None:
+        """A verdict waiting cannot help ends the wait; it is kept for the ledger's diagnosis."""
+        self.stopped = holds.Stopped(kind, name, verdict, tuple(checked))
+        stop(verdict)
+
+    def _judge_pod(self, pod: Obj, warnings: Sequence[Obj] = ()) -> None:
         if self.allocated_at is None and pod["spec"].get("nodeName") and gpus_of(pod) > 0:
             self.allocated_at = clock.iso_now()
             if self.on_allocated is not None:
                 self.on_allocated(self.allocated_at)
+        name = str(pod["metadata"]["name"])
+        said = self.kubelet.verdict(pod, warnings, self.triage.last_lines(pod)) if self.kubelet else None
+        # The kubelet's words on its node (a sandbox it cannot create) may be a node still starting:
+        # final once they outlast the reconcile grace, as a node down is (docs/procedure.md, step 6).
+        platform = said is not None and said.category == TriageCategory.PLATFORM
+        since = self._platform_since.setdefault(name, clock.monotonic()) if platform else \
+            self._platform_since.pop(name, None)
+        if said is not None and not said.can_wait and (
+                not platform or clock.monotonic() - (since or 0.0) >= self.failed_grace_s):
+            # Its kubelet's words first: a probe names why a container restarts.
+            self._stop("Pod", name, said, ("its status", "its events", "its containers' last log lines"))
         # A container verdict is judged on every pod change, a scheduler verdict once per verdict.
         for verdict, once in ((self.triage.containers(pod), True), (self.triage.verdict(pod), False)):
             if verdict is None:
                 continue
             if not verdict.can_wait:
-                stop(verdict)
-            self._note_wait(pod["metadata"]["name"], verdict, once)
+                self._stop("Pod", name, verdict, ("its status", "its events") if once else
+                           ("its status", "its scheduling events", "its claims" if claims.waits_on_claims(verdict)
+                            else "the nodes"))
+            self._note_wait(name, verdict, once)
+
+    def _judge_statuses(self, pods: Sequence[Obj]) -> None:
+        """The Grove, LWS and Kueue objects below the DGD (:class:`holds.WorkloadStatuses`), while
+        a pod is missing or not ready: a verdict waiting cannot help ends the wait, a wait is noted."""
+        if self.statuses is None or (len(pods) >= sum(self.wanted.values()) and all(map(pod_ready, pods))):
+            return
+        for kind, name, verdict in self.statuses.verdicts():
+            if not verdict.can_wait:
+                self._stop(kind, name, verdict, (f"the status of {kind}/{name}",))
+            self._note_wait(f"{kind}/{name}", verdict, True)
 
     def _judge_nodes(self, pods: Sequence[Obj]) -> None:
         """The nodes of the bound pods not ready: one down for ``failed_grace_s`` blocks the step."""
@@ -483,12 +554,13 @@ class DgdReady:
                 except KubeError:  # no answer this time (an API server restarting): read at the next look
                     continue
                 self._nodes[node_name] = (now, node)
-            verdict = triage.node_lost(pod, node)
+            # Lost (the kubelet stopped posting), or under pressure / not Ready by its own conditions.
+            verdict = triage.node_lost(pod, node) or (node_judge.triage_node(node) if node is not None else None)
             if verdict is None:
                 continue
             down.add(node_name)
             if now - self._node_down.setdefault(node_name, now) >= self.failed_grace_s:
-                stop(verdict)
+                self._stop("Node", node_name, verdict, (f"node/{node_name}: its conditions and taints",))
         for gone in set(self._node_down) - down:  # back, or no pod of ours waits on it any more
             del self._node_down[gone]
 
@@ -499,3 +571,14 @@ class DgdReady:
         self._waits[f"{pod}/{verdict.category}"] = verdict.diagnosis
         self.contention.append({**verdict.as_dict(), "at": clock.iso_now(), "next_check_at_s": verdict.next_check_s})
 
+
+
+def _described(status: DgdStatus, st: Obj) -> str:
+    """The wait's line on the DGD: its state, what the Ready condition's reason means on the
+    current operator, and the components not fully scheduled (``scheduledReplicas``)."""
+    desc = status.description
+    said = operator_status.not_ready_reason(st)
+    if said is not None and not status.done:
+        desc += f": {said}"
+    short = operator_status.unscheduled(st)
+    return f"{desc} ({', '.join(short)})" if short else desc

@@ -378,14 +378,16 @@ class Ledger:
     def add_config_engagement(self, evidence: str | Mapping[str, Any]) -> None:
         self.data["config_engagement"].append(evidence if isinstance(evidence, str) else dict(evidence))
 
-    def add_failed_attempt(self, step: str, category: str, evidence: Any, diagnosis: str) -> None:
-        """Append-only: counts against the failed-deploy budget even if a retry succeeds."""
+    def add_failed_attempt(self, step: str, category: str, evidence: Any, diagnosis: str,
+                           troubleshooting: Mapping[str, Any] | None = None) -> None:
+        """Append-only: counts against the failed-deploy budget even if a retry succeeds. Step 6's
+        carry the diagnosis in the troubleshooting shape (docs/triage.md) beside its fields."""
         # The copies it ran with: a rerun of the same copies after the same diagnosis is refused in step 2.
         copies = {m["type"]: m["sha256"] for m in self.data.get("applied_manifests") or []
                   if isinstance(m, Mapping) and "type" in m and "sha256" in m}
         self.data["failed_attempts"].append(
             {"at": clock.iso_now(), "step": step, "category": category, "evidence": evidence, "diagnosis": diagnosis,
-             "manifests": copies}
+             "manifests": copies, **({"troubleshooting": dict(troubleshooting)} if troubleshooting else {})}
         )
 
     def add_reapply(self, entry: Mapping[str, Any]) -> None:

@@ -120,12 +120,12 @@ def _alive(phases: Sequence[str]) -> list[Expression]:
 
 
 def _stage(name: str, selector: Iterable[Expression], status_template: str, *,
-           delay_ms: int | None = None) -> Obj:
+           delay_ms: int | None = None, event: Obj | None = None) -> Obj:
     spec: Obj = {
         "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
         "selector": {"matchExpressions": list(selector)},
         "weight": FAULT_WEIGHT,
-        "next": {"statusTemplate": status_template},
+        "next": {"statusTemplate": status_template, **({"event": event} if event else {})},
     }
     if delay_ms is not None:
         spec["delay"] = {"durationMilliseconds": delay_ms, "jitterDurationMilliseconds": delay_ms + delay_ms // 10}
@@ -311,6 +311,34 @@ def slow_start(name: str, selector: Sequence[Expression], start_s: float, ready_
         stages.append(_stage(f"{name}-ready", [*selector, *_alive(["Running"]), not_ready, started], _READY_TEMPLATE,
                              delay_ms=int(ready_s * 1000)))
     return Fault(name, tuple(stages))
+
+
+# A container its startup probe kills: restarted (exit 143, SIGTERM), running again, never ready.
+_PROBE_KILL_TEMPLATE = _HEAD + _NOT_READY_CONDITIONS + _container_statuses(
+    "{{ add1 $prev }}", "  lastState:\n" + _TERMINATED.replace("EXIT_CODE", "143") + _RUNNING,
+    before="""\
+{{ $prev := 0 }}
+{{ range $root.status.containerStatuses }}{{ if eq .name $c.name }}{{ $prev = .restartCount }}{{ end }}{{ end }}
+""") + """\
+phase: Running
+{{ with $root.status.startTime }}{{ else }}startTime: {{ $now | Quote }}{{ end }}
+""" + _IPS
+
+
+def startup_probe_kill(name: str, selector: Sequence[Expression], container: str = "main",
+                       every_s: float = 2.0) -> Fault:
+    """Selected pods start (Running, not ready) and their startup probe never passes: every
+    ``every_s`` the kubelet kills ``container`` with its words, the Normal event ``Killing``
+    ``Container <c> failed startup probe, will be restarted`` (kubernetes pkg/kubelet/kuberuntime,
+    ``killContainer``), and restarts it (restartCount one up, last state terminated with exit 143)."""
+    not_ready = {"key": '.status.conditions.[] | select( .type == "Ready" ) | .status', "operator": "NotIn",
+                 "values": ["True"]}
+    start = slow_start(f"{name}-start", selector, 1.0, None).stages
+    killing = {"type": "Normal", "reason": "Killing",
+               "message": f"Container {container} failed startup probe, will be restarted"}
+    kill = _stage(name, [*selector, *_alive(["Running"]), not_ready], _PROBE_KILL_TEMPLATE,
+                  delay_ms=int(every_s * 1000), event=killing)
+    return Fault(name, (*start, kill))
 
 
 def job_pod_failure(name: str, selector: Sequence[Expression], exit_code: int = 1) -> Fault:

@@ -130,6 +130,7 @@ class Scenario:
     args: tuple[str, ...] = ()  # more options of the run (`pytest --iter=0 ...`)
     subject: str = f"{DGD_NAME}-"  # the name prefix of the objects whose words are the evidence
     waited: tuple[str, float] | None = None  # a step that must have waited this long (a legitimate wait)
+    timeouts: dict[str, float] = field(default_factory=dict)  # the handoff's timeouts (pvc_bound_s, ...)
 
 
 @dataclass
@@ -169,7 +170,8 @@ def run(target: Target, scenario: Scenario, profile: str) -> tuple[SuiteRun, Out
     if scenario.setup is not None:
         scenario.setup(target)
     exp = target.experiment(path, support=scenario.support(target) if scenario.support is not None else {},
-                            gpu_ceiling=scenario.gpu_ceiling)
+                            gpu_ceiling=scenario.gpu_ceiling,
+                            timeouts=scenario.timeouts or None)
     notes: dict[str, Any] = {}
     helper = None
     if scenario.during is not None:
@@ -357,6 +359,35 @@ def _slow_start(target: Target) -> None:
     # Running, not Ready, for 20 s: a large model loading within the startup probe's budget.
     target.apply_fault(faults.slow_start(f"verdict-slow-{target.namespace}",
                                          faults.by_dgd(DGD_NAME, namespace=target.namespace), 1.0, 20.0))
+
+
+def _startup_probe_kills(target: Target) -> None:
+    # The worker's startup probe never passes: the kubelet kills it every 2 s (exit 143).
+    target.apply_fault(faults.startup_probe_kill(
+        f"verdict-probe-{target.namespace}", [*faults.by_dgd(DGD_NAME, namespace=target.namespace),
+                                              {"key": f'.metadata.labels["{LABEL_COMPONENT}"]', "operator": "In",
+                                               "values": [WORKER]}]))
+
+
+# The operator holds the worker at zero replicas for a checkpoint longer than the no-progress bound.
+CHECKPOINT_GATE_S = 25.0
+
+
+def _gate_reason(objs: dict[str, Obj]) -> str:
+    conds = [c for o in objs.values() for c in (o.get("status") or {}).get("conditions") or []
+             if c.get("type") == "Ready"]
+    return str(conds[0].get("reason") or "") if conds else ""
+
+
+def _gate_held(target: Target, notes: dict[str, Any]) -> None:
+    """How long the DGD said ``waiting_for_checkpoint`` (the gate held its worker at zero replicas)."""
+    dgds = Watch(target.kube.resource("nvidia.com/v1alpha1", "DynamoGraphDeployment"), target.namespace, DGD_NAME)
+    target.kube.wait_for(dgds, lambda o: (_gate_reason(o) == "waiting_for_checkpoint", _gate_reason(o)),
+                         awaited="the checkpoint gate", timeout=READINESS_S / 2)
+    held = time.monotonic()
+    target.kube.wait_for(dgds, lambda o: (_gate_reason(o) not in {"", "waiting_for_checkpoint"}, _gate_reason(o)),
+                         awaited="the checkpoint gate to open", timeout=READINESS_S)
+    notes["held_s"] = round(time.monotonic() - held, 1)
 
 
 def _unbound_claim(dgd: dict[str, Any]) -> None:
@@ -554,8 +585,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              setup=_crash_loop, evidence=("pod-status",),
              covered_by="test_a_crash_loop_keeps_the_containers_last_lines_redacted_then_is_torn_down"),
     Scenario("quota-refusal", DEPENDENCY, setup=_quota, evidence=("FailedCreate",)),
+    # A claim whose provisioner never acts is waited for within timeouts.pvc_bound_s (issue 29).
     Scenario("unbound-pvc", DEPENDENCY, _with(_unbound_claim), setup=_unbound, evidence=("FailedScheduling",),
-             covered_by="test_unbound_pvc_stops_step6_with_a_dependency_diagnosis"),
+             covered_by="test_unbound_pvc_stops_step6_with_a_dependency_diagnosis", timeouts={"pvc_bound_s": 10}),
     Scenario("image-never-pullable", Expected(category="crash", **FAILED_ATTEMPT),  # type: ignore[arg-type]
              setup=_never_pullable, evidence=("pod-status",),
              covered_by="test_an_image_tag_that_does_not_exist_is_a_failed_attempt_and_the_dgd_is_deleted_unless_kept"),
@@ -587,6 +619,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("log-signature-gated-model", Expected("blocked", "step6_readiness", "dependency", False, "gated-model"),
              setup=_loads_then_crashes, during=_crashes_saying(GATED_WORDS), evidence=("termination",), goal_s=2.0,
              in_slice=False),
+    # A worker its startup probe kills: the kubelet's Killing words name the class (a failed attempt).
+    Scenario("startup-probe-kill", Expected(category="crash", says="startup probe",  # type: ignore[arg-type]
+                                            **FAILED_ATTEMPT),
+             setup=_startup_probe_kills, evidence=("pod-status",)),
+    # The current operator's checkpoint gate (Ready reason waiting_for_checkpoint, replicas held at
+    # zero) outlasts the no-progress bound, then opens: a legitimate wait that ends ready.
+    Scenario("checkpoint-gate-opens", Expected("ready", "step7_smoke", "ready", False), profiles=("latest",),
+             setup=_operator_fault(f"checkpoint-gate:{CHECKPOINT_GATE_S:.0f}"), during=_gate_held,
+             no_progress_s=CONTENTION_NO_PROGRESS_S, evidence=("ready-status",)),
     # A wait for GPUs another tenant holds, longer than the no-progress bound (step 2 cannot prove it
     # short: the unmodelled term), ends ready once they free: a hold is a sign of a legitimate wait.
     Scenario("contention-outlasts-no-progress", Expected("ready", "step7_smoke", "ready", False),

@@ -96,10 +96,11 @@ class OperatorSim:
         self.queue = WorkQueue()
         self.servings = Servings(kube, self.dynamo_root, log, self.queue.add, enabled=serve,
                                  dynamo_version=dynamo_version)
-        self._applied: dict[str, tuple[str, int]] = {}  # key -> (uid, generation) children applied for
+        self._applied: dict[str, tuple[str, int, bool]] = {}  # key -> (uid, generation, gated) children applied for
         self._dcd_status: dict[str, tuple[str, str, str]] = {}  # ns/dcd -> Available (status, reason, message)
         self._dcd_errors: dict[str, str] = {}  # ns/dcd -> why its Deployment could not be written
         self._transient_fired: dict[str, tuple[str, int]] = {}  # key -> (uid, generation) a transient fault hit
+        self._gates: dict[str, tuple[tuple[str, int], float]] = {}  # key -> (uid, generation), gate seen at
 
     # ------------------------------------------------------------------ wiring into controllers
     def loops(self, stop: threading.Event) -> list[Loop]:
@@ -191,6 +192,10 @@ class OperatorSim:
             self._check_pvcs(obj, plan)
             names = self._child_names(obj, plan)
             fault = self._fault(key)
+            if self._gate_holds(obj, key, fault):
+                fault = faultswitch.OperatorFault("checkpoint-gate")
+            elif fault is not None and fault.kind == "checkpoint-gate":
+                fault = None  # the checkpoint is ready: the workloads get their replicas
             deployments = self._apply_children(obj, plan, names, fault)
             self._transient(obj, key, fault, names)
         except ReconcileError as exc:
@@ -227,7 +232,12 @@ class OperatorSim:
                                         "availableReplicas": counts["availableReplicas"]}
             if plan.alpha:
                 component_status[c.name]["componentName"] = dep_name
-        if not_ready:
+        if fault is not None and fault.kind == "checkpoint-gate":
+            gpu = [c.name for c in plan.model.components if faultswitch.gated(plan.deployments[c.name])
+                   is not plan.deployments[c.name]]
+            state, reason, message = "pending", faultswitch.CHECKPOINT_REASON, \
+                faultswitch.checkpoint_message(gpu, plan.name)
+        elif not_ready:
             state, reason, message = "pending", NOT_READY_REASON, f"Resources not ready: {'; '.join(not_ready)}"
         else:
             state, reason, message = "successful", READY_REASON, "All resources are ready"
@@ -335,6 +345,20 @@ class OperatorSim:
         cm = self.kube.get_or_none("ConfigMap", faultswitch.CONFIGMAP[1], faultswitch.CONFIGMAP[0])
         return faultswitch.parse(((cm or {}).get("data") or {}).get(key.replace("/", ".", 1)))
 
+    def _gate_holds(self, obj: Obj, key: str, fault: faultswitch.OperatorFault | None) -> bool:
+        """The checkpoint-gate fault: held from the generation's first reconcile for its seconds,
+        then a requeue opens it."""
+        if fault is None or fault.kind != "checkpoint-gate":
+            return False
+        meta = obj["metadata"]
+        stamp = (str(meta["uid"]), int(meta.get("generation") or 0))
+        if key not in self._gates or self._gates[key][0] != stamp:
+            self._gates[key] = (stamp, time.monotonic())
+            timer = threading.Timer(fault.seconds, self.queue.add, args=(key,))
+            timer.daemon = True
+            timer.start()
+        return time.monotonic() - self._gates[key][1] < fault.seconds
+
     def _transient(self, obj: Obj, key: str, fault: faultswitch.OperatorFault | None,
                    names: dict[str, str]) -> None:
         """The transient-failed fault: one failed reconcile per generation, then a requeue that recovers."""
@@ -353,7 +377,8 @@ class OperatorSim:
     def _apply_children(self, obj: Obj, plan: Plan, names: dict[str, str],
                         fault: faultswitch.OperatorFault | None = None) -> dict[str, Obj]:
         meta = obj["metadata"]
-        stamp = (str(meta["uid"]), int(meta.get("generation") or 0))
+        gate = fault is not None and fault.kind == "checkpoint-gate"
+        stamp = (str(meta["uid"]), int(meta.get("generation") or 0), gate)
         selector = f"{LABEL_DGD_NAME}={plan.name}"
         if self._applied.get(plan.key) != stamp:
             children = self._children(obj, plan, names)
@@ -361,6 +386,8 @@ class OperatorSim:
                 children = discovery.shape(children, plan, owner_reference(obj))
             if fault is not None and fault.kind == "invalid-template":
                 children = [faultswitch.invalid_template(c) if c["kind"] == "Deployment" else c for c in children]
+            if gate:
+                children = [faultswitch.gated(c) for c in children]
             for child in children:
                 self._apply_child(child, plan)
             wanted = {d["metadata"]["name"] for d in children} | set(names.values())

@@ -12,7 +12,13 @@ reconcile. :mod:`deploy_suite_offline.faults` has helpers to set and clear them.
   refuses such a Deployment (pod template validation), so the error stays at the DCD: ``Available=False``
   reason ``DeploymentFailed`` with the apiserver's message, a Warning event ``FailedCreate`` on the
   DCD, the DGD ``pending`` with no pods (on the profiles without DCDs the DGD is ``failed``). Set
-  it before the DGD is created.
+  it before the DGD is created;
+* ``checkpoint-gate[:SECONDS]``: the GPU components wait for a checkpoint (a GPU-memory snapshot) as
+  the current operator's ``startupPolicy: WaitForCheckpoint`` makes them (applyCheckpointStartupReadiness
+  and applyDCDCheckpointStartupPolicy, ai-dynamo/dynamo deploy/operator/internal/controller/
+  dynamographdeployment_controller.go): their workloads at zero replicas and the DGD ``pending``,
+  Ready reason ``waiting_for_checkpoint``, ``Waiting for checkpoints: <component> (<checkpoint>)``,
+  until the checkpoint is ready SECONDS (default 2) after the DGD generation was first reconciled.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from deploy_suite_offline.faults import OPERATOR_FAULTS_CONFIGMAP
 Obj = dict[str, Any]
 
 CONFIGMAP = OPERATOR_FAULTS_CONFIGMAP
-FAULTS = ("transient-failed", "invalid-template")
+FAULTS = ("transient-failed", "invalid-template", "checkpoint-gate")
+CHECKPOINT_REASON = "waiting_for_checkpoint"
 DEFAULT_RECOVERY_S = 2.0
 
 
@@ -67,3 +74,20 @@ def invalid_template(deployment: Obj) -> Obj:
         if limit is not None:  # only GPU components: the frontend and planners stay valid
             resources.setdefault("requests", {})[GPU_RESOURCE] = str(int(limit) + 1)
     return dep
+
+
+def gated(child: Obj) -> Obj:
+    """A GPU component's Deployment held at zero replicas (the others as they are)."""
+    if child.get("kind") != "Deployment":
+        return child
+    containers = child["spec"]["template"]["spec"].get("containers") or []
+    if not any(GPU_RESOURCE in ((c.get("resources") or {}).get("limits") or {}) for c in containers):
+        return child
+    held = copy.deepcopy(child)
+    held["spec"]["replicas"] = 0
+    return held
+
+
+def checkpoint_message(components: list[str], dgd: str) -> str:
+    """The operator's words while the gate holds (one checkpoint per component)."""
+    return "Waiting for checkpoints: " + ", ".join(f"{c} ({dgd}-{c.lower()}-ckpt)" for c in sorted(components))
