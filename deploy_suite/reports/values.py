@@ -1,29 +1,36 @@
-"""Ledger values as HTML: escaping, badges, key/value and record tables, artifact paths as links.
+"""Ledger values as HTML: badges, key/value and record tables, artifact paths as links.
 
 The building blocks of ``deploy_suite.reports.iteration``: any ledger value (an evidence dict, a list of
-records, a path) rendered readably, every string HTML-escaped. Pure functions of their arguments.
+records, a path) rendered readably. Which shape becomes which block is decided here; the tags are the
+macros of ``templates/values.html.j2`` (``deploy_suite.reports.markup``), which escape every string.
+Pure functions of their arguments.
 """
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from markupsafe import Markup
 
-def esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value))
+from deploy_suite.reports.markup import esc, macros
 
-
-def muted(text: str) -> str:
-    return f'<span class="dsr-muted">{esc(text)}</span>'
+esc = esc  # re-exported: the report modules' one escaping function (markup.esc)
 
 
-def badge(text: str, colour: str) -> str:
-    return f'<span class="dsr-badge" style="background:{colour}">{esc(text)}</span>'
+def _m() -> Any:
+    return macros("values.html.j2")
+
+
+def muted(text: str) -> Markup:
+    return Markup(_m().muted(text))
+
+
+def badge(text: str, colour: str) -> Markup:
+    return Markup(_m().badge(text, colour))
 
 
 def seconds(value: Any) -> str:
@@ -49,18 +56,18 @@ class Links:
 
     prefix: str | None = None
 
-    def path(self, path: Any) -> str:
-        return self.link(path, f"<code>{esc(path)}</code>")
+    def path(self, path: Any) -> Markup:
+        return self.link(path, _m().code(path))
 
-    def link(self, path: Any, label: str) -> str:
-        """``label`` (already HTML) linking to the EXP_ROOT-relative ``path``, or just ``label``."""
+    def link(self, path: Any, label: str) -> Markup:
+        """``label`` (text, or a rendered fragment) linking to the EXP_ROOT-relative ``path``, or just ``label``."""
         text = str(path)
         # Only plain EXP_ROOT-relative paths become links; quote() also turns "scheme:" into "scheme%3A".
         if self.prefix is None or not text or text.startswith("/") or ".." in text.split("/") or any(
             c.isspace() for c in text
         ):
-            return label
-        return f'<a href="{esc(self.prefix + quote(text))}">{label}</a>'
+            return esc(label)
+        return Markup(_m().link(self.prefix + quote(text), esc(label)))
 
 
 NO_LINKS = Links()
@@ -74,72 +81,74 @@ def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
 
-def value_html(value: Any, links: Links = NO_LINKS, depth: int = 0) -> str:
+def value_html(value: Any, links: Links = NO_LINKS, depth: int = 0) -> Markup:
     """One ledger value as HTML: scalars inline, dicts as key/value tables, uniform lists as tables."""
+    m = _m()
     if value is None:
         return muted("\u2013")
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return esc("yes" if value else "no")
     if isinstance(value, int | float):
         return esc(value)
     if isinstance(value, str):
         if value == "":
             return muted("(empty)")
         if "\n" in value or len(value) > 240:
-            return f"<pre>{esc(value)}</pre>"
+            return Markup(m.pre(value))
         return links.path(value) if _looks_like_artifact(value) else esc(value)
     if depth >= 4:
-        return f"<pre>{esc(json.dumps(value, indent=1, default=str))}</pre>"
+        return Markup(m.pre(json.dumps(value, indent=1, default=str)))
     if isinstance(value, Mapping):
-        if not value:
-            return muted("none")
-        inner = list(value.values())
-        if len(inner) > 1 and all(isinstance(v, Mapping) and v and all(_is_scalar(x) for x in v.values())
-                                  for v in inner):
-            # A dict of flat records (e.g. copies by manifest type): one row per key reads best.
-            keys: list[str] = []
-            for item in inner:
-                keys.extend(str(k) for k in item if str(k) not in keys)
-            if len(keys) <= 6:
-                return html_table(["", *keys], [[f"<b>{esc(k)}</b>", *(value_html(v.get(c), links, depth + 1)
-                                                                for c in keys)] for k, v in value.items()])
-        return kv_table([(str(k), value_html(v, links, depth + 1)) for k, v in value.items()])
+        return _mapping_html(value, links, depth)
     if isinstance(value, list | tuple):
         if not value:
             return muted("none")
         if all(_is_scalar(v) for v in value):
             parts = [value_html(v, links, depth + 1) for v in value]
             if sum(len(str(v)) for v in value) <= 120 and not any(_looks_like_artifact(str(v)) for v in value):
-                return ", ".join(parts)
-            return "<ul>" + "".join(f"<li>{p}</li>" for p in parts) + "</ul>"
+                return Markup(m.joined(parts, ", "))
+            return Markup(m.ul(parts))
         if all(isinstance(v, Mapping) for v in value):
             cols: list[str] = []
             for item in value:
                 cols.extend(str(k) for k in item if str(k) not in cols)
             if len(cols) <= 8:
                 return html_table(cols, [[value_html(item.get(k), links, depth + 1) for k in cols] for item in value])
-        return "<ul>" + "".join(f"<li>{value_html(v, links, depth + 1)}</li>" for v in value) + "</ul>"
+        return Markup(m.ul([value_html(v, links, depth + 1) for v in value]))
     return esc(value)
 
 
-def kv_table(pairs: Sequence[tuple[str, str]], cls: str = "dsr-kv") -> str:
-    """Rows of (escaped-by-us key, already-rendered HTML value)."""
-    rows = "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in pairs)
-    return f'<table class="{cls}"><tbody>{rows}</tbody></table>'
+def _mapping_html(value: Mapping[Any, Any], links: Links, depth: int) -> Markup:
+    if not value:
+        return muted("none")
+    inner = list(value.values())
+    if len(inner) > 1 and all(isinstance(v, Mapping) and v and all(_is_scalar(x) for x in v.values())
+                              for v in inner):
+        # A dict of flat records (e.g. copies by manifest type): one row per key reads best.
+        keys: list[str] = []
+        for item in inner:
+            keys.extend(str(k) for k in item if str(k) not in keys)
+        if len(keys) <= 6:
+            return html_table(["", *keys], [[Markup(_m().bold(k)), *(value_html(v.get(c), links, depth + 1)
+                                                                      for c in keys)] for k, v in value.items()])
+    return kv_table([(str(k), value_html(v, links, depth + 1)) for k, v in value.items()])
+
+
+def kv_table(pairs: Sequence[tuple[str, str]], cls: str = "dsr-kv") -> Markup:
+    """Rows of (key as text, value as a rendered fragment)."""
+    return Markup(_m().kv_table(pairs, cls))
 
 
 def html_table(head: Sequence[str], rows: Sequence[Sequence[str]], numeric: frozenset[int] = frozenset(),
-           cls: str = "") -> str:
-    """A table with an escaped header and already-rendered cells; ``numeric`` column indexes align right."""
-    def td(i: int, cell: str, tag: str = "td") -> str:
-        return f'<{tag} class="dsr-num">{cell}</{tag}>' if i in numeric else f"<{tag}>{cell}</{tag}>"
-
-    thead = "".join(td(i, esc(h), "th") for i, h in enumerate(head))
-    body = "".join("<tr>" + "".join(td(i, c) for i, c in enumerate(row)) + "</tr>" for row in rows)
-    klass = f' class="{cls}"' if cls else ""
-    return f"<table{klass}><thead><tr>{thead}</tr></thead><tbody>{body}</tbody></table>"
+               cls: str = "") -> Markup:
+    """A table with a header of text and rendered cells; ``numeric`` column indexes align right."""
+    return Markup(_m().html_table(head, rows, numeric, cls))
 
 
-def rest(section: Mapping[str, Any], shown: Sequence[str], links: Links) -> list[tuple[str, str]]:
+def rest(section: Mapping[str, Any], shown: Sequence[str], links: Links) -> list[tuple[str, Markup]]:
     """Key/values of a section not shown by its dedicated rendering: nothing of the ledger is hidden."""
     return [(str(k), value_html(v, links, 1)) for k, v in section.items() if k not in shown]
+
+
+def code(text: Any) -> Markup:
+    return Markup(_m().code(text))
