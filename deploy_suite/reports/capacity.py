@@ -10,11 +10,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from markupsafe import Markup
-
 from deploy_suite.constants import GPU_RESOURCE
-from deploy_suite.reports.markup import macros
-from deploy_suite.reports.values import Links, badge, esc, get_map, html_table, kv_table, muted, rest, value_html
+from deploy_suite.reports.values import Links, get_map, rest, value_node
 
 _CAPACITY_COLOUR = {"sufficient": "#1a7f37", "insufficient": "#cf222e", "unknown": "#9a6700"}
 
@@ -69,19 +66,16 @@ def _unschedulable(row: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _t() -> Any:
-    return macros("capacity.html.j2")
-
-
-def capacity_svg(table: Sequence[Mapping[str, Any]]) -> Markup | str:
-    """Inline SVG: one row per node (and GPU resource), one cell per GPU slot, coloured by holder.
+def capacity_picture(table: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The view model of the inline SVG: one row per node (and GPU resource), one cell per GPU slot,
+    coloured by holder (None: no row to draw).
 
     Free slots of a cordoned or tainted node are hatched (a new pod lands there only if it tolerates
     the taint); the node's state is tagged at the end of its row.
     """
     grid = capacity_grid(table)
     if not grid:
-        return ""
+        return None
     char_w = 7.2  # ~12px bold sans-serif; the label column is sized from the longest label
     label_w = int(max(len(_node_label(g)) for g in grid) * char_w) + 24
     max_slots = max([len(g["slots"]) for g in grid] + [8])
@@ -110,8 +104,8 @@ def capacity_svg(table: Sequence[Mapping[str, Any]]) -> Markup | str:
                      "mid": y + _ROW_H / 2 + 4, "slot_y": y + (_ROW_H - _CELL) / 2, "label": label,
                      "title": label + (": " + blocked if blocked else ""), "slots": slots,
                      "counts": _row_counts(g), "tags": tags})
-    return Markup(_t().grid({"width": width, "height": len(grid) * _ROW_H + 4, "row_h": _ROW_H, "cell": _CELL,
-                             "info_x": info_x, "rows": rows}))
+    return {"width": width, "height": len(grid) * _ROW_H + 4, "row_h": _ROW_H, "cell": _CELL, "info_x": info_x,
+            "rows": rows}
 
 
 def _tags(g: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -126,56 +120,41 @@ def _tags_width(g: Mapping[str, Any]) -> int:
     return int(sum(len(t) * 7 + 30 for t, _, _ in _tags(g)))
 
 
-def capacity_legend() -> Markup:
-    """The picture's legend (HTML, so that it wraps on a narrow screen)."""
-    return Markup(_t().legend(SLOT_FILL, SLOT_STROKE, SLOT_LABEL))
-
-
 def _row_counts(g: Mapping[str, Any]) -> str:
     counts = Counter(s["kind"] for s in g["slots"])
     return (f"{counts['other']} held \u00b7 {counts['planned']} planned \u00b7 {counts['free']} free"
             + (f" \u00b7 {counts['over']} over" if counts["over"] else ""))
 
 
-def _holders(row: Mapping[str, Any]) -> Markup:
-    return Markup(_t().holders([{"pod": h.get("pod"), "gpus": h.get("gpus"),
-                                 "colour": SLOT_STROKE["planned"] if h.get("kind") == "planned" else "#57606a"}
-                                for h in row.get("holders") or []]))
+def _row(r: Mapping[str, Any]) -> dict[str, Any]:
+    """One node's row of the table; its holders coloured like the picture's slots."""
+    return {**{k: r.get(k) for k in ("node", "resource", "total", "held", "free", "planned", "free_after")},
+            "state": _unschedulable(r),
+            "holders": [{"pod": h.get("pod"), "gpus": h.get("gpus"),
+                         "colour": SLOT_STROKE["planned"] if h.get("kind") == "planned" else "#57606a"}
+                        for h in r.get("holders") or []]}
 
 
-def capacity_section(ledger: Mapping[str, Any], links: Links) -> Markup:
-    t = _t()
+def capacity_view(ledger: Mapping[str, Any], links: Links) -> dict[str, Any] | None:
+    """The view model of the capacity section (None: no capacity evidence in the ledger)."""
     cap = get_map(ledger, "capacity")
     if not cap:
-        return Markup(t.missing())
+        return None
     # CapacityResult.to_dict() names the answer "capacity"; the forbidden-list fallbacks name it "outcome".
     outcome = str(cap.get("capacity") or cap.get("outcome") or "unknown")
-    unplaced = ", ".join(map(str, cap.get("simulation_unplaced") or []))
-    head = [
-        ("capacity", badge(outcome, _CAPACITY_COLOUR.get(outcome, "#6e7781"))),
-        ("GPUs requested", esc(cap.get("gpus_requested"))),
-        ("exact search", t.exact(cap.get("exact"), cap.get("search_steps"))),
-        ("scheduler simulation", esc("placed every pod" if cap.get("simulation_ok") else
-                                     "left pods unplaced: " + unplaced) if "simulation_ok" in cap else muted("not run")),
-    ]
     placement = cap.get("placement")
-    if isinstance(placement, Mapping) and placement:
-        head.append(("placement (this DGD)", t.placement(list(placement.items()))))
-    for key in ("reasons", "warnings"):
-        if cap.get(key):
-            head.append((key, value_html(cap.get(key), links)))
     shown = ("capacity", "outcome", "gpus_requested", "exact", "search_steps", "simulation_ok",
              "simulation_unplaced", "placement", "reasons", "warnings", "table", "limitations")
-    head.extend(rest(cap, shown, links))
-    if cap.get("limitations"):
-        head.append(("limitations", value_html(cap.get("limitations"), links)))
     table = [r for r in cap.get("table") or [] if isinstance(r, Mapping)]
-    if not table:
-        return Markup(t.section(kv_table(head), "", "", ""))
-    rows = [[t.bold(r.get("node")), esc(r.get("resource")), esc(r.get("total")), esc(r.get("held")),
-             esc(r.get("free")), t.planned(r.get("planned")), esc(r.get("free_after")),
-             t.unschedulable(_unschedulable(r)), _holders(r)] for r in table]
-    columns = ["node", "resource", "total", "held (other pods)", "free now", "planned (this DGD)", "free after",
-               "state", "holders"]
-    return Markup(t.section(kv_table(head), capacity_svg(table), capacity_legend(),
-                            html_table(columns, rows, frozenset({2, 3, 4, 5, 6}), cls="dsr-capacity-table")))
+    return {
+        "outcome": outcome, "colour": _CAPACITY_COLOUR.get(outcome, "#6e7781"), "gpus": cap.get("gpus_requested"),
+        "exact": cap.get("exact"), "steps": f" ({cap.get('search_steps')} steps)" if cap.get("search_steps") else None,
+        "simulation": None if "simulation_ok" not in cap else "placed every pod" if cap.get("simulation_ok")
+        else "left pods unplaced: " + ", ".join(map(str, cap.get("simulation_unplaced") or [])),
+        "placement": list(placement.items()) if isinstance(placement, Mapping) and placement else [],
+        "listed": [(key, value_node(cap.get(key), links)) for key in ("reasons", "warnings") if cap.get(key)],
+        "rest": rest(cap, shown, links),
+        "limitations": value_node(cap.get("limitations"), links) if cap.get("limitations") else None,
+        "picture": capacity_picture(table), "rows": [_row(r) for r in table],
+        "slots": {"fill": SLOT_FILL, "stroke": SLOT_STROKE, "label": SLOT_LABEL},
+    }

@@ -12,12 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Sequence
 from dataclasses import dataclass
-
 from typing import Any
-
-from markupsafe import Markup
-
-from deploy_suite.reports.markup import macros
 
 STEP_COLOURS = {"step1_inputs": "#8c959f", "step2_validate": "#0969da", "step3_retire_previous": "#cf222e",
                 "step4_support_manifests": "#bf8700", "step5_apply": "#8250df", "step6_readiness": "#1a7f37",
@@ -59,12 +54,9 @@ class Bar:
     unit: str
 
 
-def _t() -> Any:
-    return macros("charts.html.j2")
-
-
-def budget_svg(bars: Sequence[Bar]) -> Markup:
-    """Horizontal bars, one per budget: the share of the grant used; red once spent."""
+def budget_chart(bars: Sequence[Bar]) -> dict[str, Any]:
+    """The view model of the budgets' chart (templates/charts.html.j2, ``budgets``): horizontal bars,
+    one per budget, the share of the grant used; red once spent."""
     width, label_w, bar_w, row = 640, 150, 330, 26
     shown = []
     for i, b in enumerate(bars):
@@ -79,7 +71,7 @@ def budget_svg(bars: Sequence[Bar]) -> Markup:
             bar.update(used_w=f"{bar_w * share:.1f}", fill="#cf222e" if spent else "#1a7f37",
                        text=f"{b.used:g} of {b.limit:g} {b.unit}" + (" (spent)" if spent else ""))
         shown.append(bar)
-    return Markup(_t().budgets(width, 8 + len(bars) * row, shown))
+    return {"width": width, "height": 8 + len(bars) * row, "bars": shown}
 
 
 def _ticks(start: _dt.datetime, end: _dt.datetime, count: int = 6) -> list[_dt.datetime]:
@@ -91,13 +83,14 @@ def _fmt(at: _dt.datetime, long: bool) -> str:
     return at.strftime("%m-%d %H:%M" if long else "%H:%M:%S")
 
 
-def timeline_svg(lanes: Sequence[Lane]) -> Markup | str:
-    """The Gantt of every lane's steps and GPU allocations on one axis (empty text without times)."""
+def timeline_chart(lanes: Sequence[Lane]) -> dict[str, Any] | None:
+    """The view model of the timeline (templates/charts.html.j2, ``timeline``): the Gantt of every
+    lane's steps and GPU allocations on one axis (None without times)."""
     times = [t for lane in lanes for s in (*lane.steps, *lane.allocations) for t in (s.start, s.end)]
     times.extend(lane.retired_at for lane in lanes if lane.retired_at is not None)
     times.extend(at for lane in lanes for at in lane.holds)
     if not times:
-        return ""
+        return None
     start, end = min(times), max(times)
     total = max((end - start).total_seconds(), 1.0)
     plot = _WIDTH - _LABEL - 10
@@ -120,8 +113,9 @@ def timeline_svg(lanes: Sequence[Lane]) -> Markup | str:
     shown = []
     for i, lane in enumerate(lanes):
         y = _TOP + i * _LANE
-        holds = [{"d": f"M{x(at) - 4:.1f} {y + 1} L{x(at) + 4:.1f} {y + 1} L{x(at):.1f} {y + 8} Z", "colour": HOLD_COLOUR,
-                  "title": f"{lane.name} waiting for capacity at {at.isoformat()}"} for at in lane.holds]
+        holds = [{"d": f"M{x(at) - 4:.1f} {y + 1} L{x(at) + 4:.1f} {y + 1} L{x(at):.1f} {y + 8} Z",
+                  "colour": HOLD_COLOUR, "title": f"{lane.name} waiting for capacity at {at.isoformat()}"}
+                 for at in lane.holds]
         retired = None
         if lane.retired_at is not None:
             rx = x(lane.retired_at)
@@ -133,7 +127,7 @@ def timeline_svg(lanes: Sequence[Lane]) -> Markup | str:
         shown.append({"name": lane.name, "text_y": y + 15, "holds": holds, "retired": retired,
                       "spans": [*(rect(s, y + 3, 10, "dsr-step") for s in lane.steps),
                                 *(rect(s, y + 15, 7, "dsr-alloc") for s in lane.allocations)]})
-    return Markup(_t().timeline(_WIDTH, _TOP + len(lanes) * _LANE + 6, shown_ticks, shown))
+    return {"width": _WIDTH, "height": _TOP + len(lanes) * _LANE + 6, "ticks": shown_ticks, "lanes": shown}
 
 
 # What each step's time is spent on, for the legend (README, the steps table).
@@ -142,9 +136,9 @@ _MEANING = {"step2_validate": "checks, capacity", "step3_retire_previous": "reti
             "step6_readiness": "waiting for capacity, loading", "step7_smoke": "smoke"}
 
 
-def legend_html() -> Markup:
-    """The timeline's colours, as HTML beside it (readable when printed in black and white too)."""
+def legend() -> list[tuple[str, str]]:
+    """The timeline's colours (name, colour), shown beside it (readable when printed in black and white too)."""
     items = [*((f"{name} ({_MEANING[name]})" if name in _MEANING else name, colour)
                for name, colour in STEP_COLOURS.items()), ("GPUs held (allocation interval)", ALLOCATION_COLOUR),
              ("waiting for capacity (a hold decision)", HOLD_COLOUR)]
-    return Markup(_t().legend(items))
+    return items

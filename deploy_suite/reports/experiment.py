@@ -25,28 +25,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from markupsafe import Markup
-
 from deploy_suite import clock
 from deploy_suite.errors import InputError
 from deploy_suite.model import workload
 from deploy_suite.model.dgd import Dgd, load_dgd
 from deploy_suite.record import budget, experiment, resume
 from deploy_suite.record.ledger import atomic_write_text
-from deploy_suite.reports import dgd_diff
+from deploy_suite.reports import dgd_diff, markup
 from deploy_suite.reports import iteration as iteration_report
-from deploy_suite.reports.charts import ALLOCATION_COLOUR, STEP_COLOURS, Bar, Lane, Span, budget_svg, legend_html
-from deploy_suite.reports.charts import timeline_svg as _timeline_svg
-from deploy_suite.reports.markup import macros, page, style
-from deploy_suite.reports.values import Links, badge, esc, get_list, get_map, html_table, muted, seconds
-from deploy_suite.reports.values import code as values_code
+from deploy_suite.reports.charts import (
+    ALLOCATION_COLOUR,
+    STEP_COLOURS,
+    Bar,
+    Lane,
+    Span,
+    budget_chart,
+    legend,
+    timeline_chart,
+)
+from deploy_suite.reports.values import Lines, Link, Links, Muted, Node, get_list, get_map, seconds
 from deploy_suite.vocab import BlockerClass, RunStatus, StepOutcome
 from deploy_suite.yamlio import load_one
 
 PAGE = "experiment.html"
-
-# The experiment page's own styles, after the iteration page's (templates/experiment.css).
-_CSS = style("experiment.css")
 
 
 @dataclass(frozen=True)
@@ -130,98 +131,90 @@ def load(exp_root: Path) -> Experiment:
 # --------------------------------------------------------------------------------------------
 
 
-def _t() -> Any:
-    return macros("experiment.html.j2")
-
-
-def _top_line(exp: Experiment) -> Markup:
+def _top_line(exp: Experiment) -> dict[str, Any] | None:
+    """The experiment's blockers and the next action of its last iteration (None: no iteration yet)."""
     if not exp.iterations:
-        return Markup(_t().top_line(None))
+        return None
     latest = exp.iterations[-1]
     blockers = [b for b in get_list(latest.data, "blockers") if isinstance(b, Mapping)]
     # A budget spent since the last run's step 2 is the experiment's blocker too (said once: the
     # last ledger's own budget blocker, when it has one, already says it).
     if exp.state is not None and not any(b.get("class") == BlockerClass.BUDGET for b in blockers):
         blockers.extend({"step": "budget", "message": message} for _, message, _ in exp.state.blockers)
-    return Markup(_t().top_line({"count": len(blockers), "deploy_id": latest.deploy_id,
-                                 "said": "; ".join(f"{b.get('step')}: {b.get('message')}" for b in blockers),
-                                 "next_action": iteration_report.next_action(latest.data)}))
+    return {"blockers": len(blockers), "said": "; ".join(f"{b.get('step')}: {b.get('message')}" for b in blockers),
+            "deploy_id": latest.deploy_id, "next_action": iteration_report.next_action(latest.data)}
 
 
-def _budgets(exp: Experiment) -> Markup:
+def _budgets(exp: Experiment) -> dict[str, Any]:
     if exp.state is None:
-        return Markup(_t().budgets(None, "not counted: no ledger with a time of writing"))
+        return {"chart": None, "note": "not counted: no ledger with a time of writing"}
     s = exp.state
     bars = [Bar("failed deploys", s.failed_deploys.used, s.failed_deploys.limit, "failed deploy(s)"),
             Bar("GPU-hours", round(s.gpu_hours.used, 3), s.gpu_hours.limit, "GPU-h"),
             Bar("wall clock", round(s.wall_clock_hours.used, 2), s.wall_clock_hours.limit, "h")]
     since = f", wall clock since {s.session_started_at}" if s.session_started_at else ", no session start recorded"
-    return Markup(_t().budgets(budget_svg(bars), f"as of the last ledger write {s.at}{since}; grants from "
-                                                 "user_workload.yaml budgets (ungated when null)"))
+    return {"chart": budget_chart(bars),
+            "note": f"as of the last ledger write {s.at}{since}; grants from user_workload.yaml budgets "
+                    "(ungated when null)"}
 
 
 # --------------------------------------------------------------------------------------------
 # One row per iteration
 # --------------------------------------------------------------------------------------------
 
-_HEAD = ["iteration", "status", "provenance / review", "DGD", "GPUs", "capacity", "time to ready", "smoke",
-         "failed attempts", "allocated", "torn down", "GPU-hours"]
-# The cells that wrap (the others stay on one line): templates/experiment.css.
-_CELL_CSS = ["dsr-first", "", "dsr-wrap", "", "", "", "", "dsr-wrap", "dsr-wrap", "", "", ""]
 
-
-def _capacity(data: Mapping[str, Any]) -> Markup:
+def _capacity(data: Mapping[str, Any]) -> Node:
     verdict = get_map(data, "capacity").get("capacity") or get_map(data, "preflight").get("capacity")
-    return esc(verdict) if verdict else muted("not judged")
+    return verdict if verdict else Muted("not judged")
 
 
-def _time_to_ready(data: Mapping[str, Any]) -> Markup:
+def _time_to_ready(data: Mapping[str, Any]) -> Node:
     readiness = get_map(data, "readiness")
     if readiness.get("state") == "ready" and readiness.get("seconds") is not None:
-        return esc(seconds(readiness.get("seconds")))
-    return muted(str(readiness.get("state") or "not reached"))
+        return seconds(readiness.get("seconds"))
+    return Muted(str(readiness.get("state") or "not reached"))
 
 
-def _smoke(data: Mapping[str, Any]) -> Markup:
+def _smoke(data: Mapping[str, Any]) -> dict[str, Any] | None:
     smoke = get_map(data, "smoke")
     if not smoke:
-        return muted("not run")
+        return None
     ok = smoke.get("success") == 1 or smoke.get("success") is True
     timings = get_map(smoke, "timings")
-    said = ", ".join(f"{str(k).removesuffix('_s')} {seconds(v)}" for k, v in timings.items() if seconds(v))
-    return Markup(_t().smoke(ok, "" if ok else f" {smoke.get('gate') or ''}", said))
+    return {"passed": ok, "gate": "" if ok else f" {smoke.get('gate') or ''}",
+            "said": ", ".join(f"{str(k).removesuffix('_s')} {seconds(v)}" for k, v in timings.items() if seconds(v))}
 
 
-def _attempts(data: Mapping[str, Any]) -> Markup:
+def _attempts(data: Mapping[str, Any]) -> Node:
     """The failed attempts by category; a ledger of the older rule's failed runs without one, counted."""
     attempts = [a for a in get_list(data, "failed_attempts") if isinstance(a, Mapping)]
     older = experiment.failed_deploys_in(data) - len(attempts)
     said = f" + {older} failed run(s) without one (older ledger), counted" if older > 0 else ""
     if not attempts:
-        return esc(said.removeprefix(" + ")) if said else muted("none")
+        return said.removeprefix(" + ") if said else Muted("none")
     kinds = Counter(str(a.get("category") or "?") for a in attempts)
-    return esc(f"{len(attempts)}: " + ", ".join(f"{k} x{n}" if n > 1 else k for k, n in kinds.most_common()) + said)
+    return f"{len(attempts)}: " + ", ".join(f"{k} x{n}" if n > 1 else k for k, n in kinds.most_common()) + said
 
 
-def _when(value: object) -> Markup:
+def _when(value: object) -> Node:
     """A ledger timestamp in two short lines (date, time), so the table fits a page."""
     if not value:
-        return muted("\u2013")
+        return Muted("\u2013")
     date, cut, time = str(value).partition("T")
-    return Markup(_t().when(date, time if cut else None))
+    return Lines([date, time] if cut else [date])
 
 
-def _torn_down(data: Mapping[str, Any]) -> Markup:
+def _torn_down(data: Mapping[str, Any]) -> Node:
     at = data.get("torn_down_at")
     if at:
         return _when(at)
     teardown = get_map(data, "teardown")
     if teardown:
-        return esc(f"{teardown.get('action')} ({teardown.get('policy')})")
-    return muted("live" if resume.intervals(data) else "\u2013")
+        return f"{teardown.get('action')} ({teardown.get('policy')})"
+    return Muted("live" if resume.intervals(data) else "\u2013")
 
 
-def _links(it: Iteration, links: Links, root: Path) -> list[Markup]:
+def _links(it: Iteration, links: Links, root: Path) -> list[Link]:
     out = []
     page = iteration_page(it.path)
     if page.is_file():
@@ -232,24 +225,18 @@ def _links(it: Iteration, links: Links, root: Path) -> list[Markup]:
     return out
 
 
-def _row(it: Iteration, links: Links, root: Path) -> Markup:
-    t = _t()
+def _row(it: Iteration, links: Links, root: Path) -> dict[str, Any]:
     d = it.data
     status = str(d.get("status"))
     colours: dict[str, str] = {RunStatus.READY: "#1a7f37", RunStatus.IN_PROGRESS: "#9a6700"}
     until = d.get("updated_at")
     hours = resume.gpu_hours(d, now=str(until) if until else None)
-    cells = [t.first_cell(it.number, _links(it, links, root)), badge(status, colours.get(status, "#cf222e")),
-             t.provenance(d.get("provenance") or "?", d.get("review_id") and str(d.get("review_id"))),
-             values_code(d.get("dgd_name") or "?"),
-             esc(d.get("gpus_requested")) if d.get("gpus_requested") is not None else muted("?"),
-             _capacity(d), _time_to_ready(d), _smoke(d), _attempts(d),
-             _when(d.get("allocated_at")), _torn_down(d), f"{hours:.3f}"]
-    return Markup(t.row(it.number, cells, _CELL_CSS))
-
-
-def _rows(exp: Experiment, links: Links) -> Markup:
-    return Markup(_t().rows(_HEAD, [_row(it, links, exp.root) for it in exp.iterations]))
+    return {"number": it.number, "links": _links(it, links, root), "status": status,
+            "colour": colours.get(status, "#cf222e"), "provenance": d.get("provenance") or "?",
+            "review": str(d.get("review_id")) if d.get("review_id") else None, "dgd": d.get("dgd_name") or "?",
+            "gpus": d.get("gpus_requested") if d.get("gpus_requested") is not None else Muted("?"),
+            "capacity": _capacity(d), "ready": _time_to_ready(d), "smoke": _smoke(d), "attempts": _attempts(d),
+            "allocated": _when(d.get("allocated_at")), "torn_down": _torn_down(d), "hours": f"{hours:.3f}"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,31 +259,23 @@ def _applied_dgd(it: Iteration, root: Path, cache: dict[Path, Dgd | str]) -> Dgd
     return cache[path]
 
 
-def _diff_html(change: dgd_diff.DgdDiff) -> Markup:
-    t = _t()
-    comps = [{"name": comp.name, "status": comp.status,
-              "table": html_table(["field", "", "before", "after"], [
-                  [esc(c.what), esc(c.kind), t.side(c.before, "dsr-del"), t.side(c.after, "dsr-add")]
-                  for c in comp.changes])} for comp in change.components]
+def _diff(change: dgd_diff.DgdDiff) -> dict[str, Any]:
     # Per-component knobs (replicas, GPUs per worker, parallelism) are the component rows above;
     # the table adds the graph-wide ones, and every pinned knob that moved.
     shown = [k for k in change.knobs if k.pinned or not isinstance(k.before, dict | type(None))
              or not isinstance(k.after, dict | type(None))]
-    knobs = html_table(["knob", "before", "after"], [[t.knob(k.name, k.pinned), t.value(k.before), t.value(k.after)]
-                                                     for k in shown]) if shown else None
-    return Markup(t.diff({"renamed": change.renamed, "components": comps, "knobs": knobs,
-                          "pinned_unchanged": ", ".join(change.pinned_unchanged),
-                          "moved": ", ".join(k.name for k in change.knobs if k.pinned)}))
+    return {"renamed": change.renamed, "components": change.components, "knobs": shown,
+            "pinned_unchanged": ", ".join(change.pinned_unchanged),
+            "moved": ", ".join(k.name for k in change.knobs if k.pinned)}
 
 
-def _patches(it: Iteration, links: Links) -> Markup:
-    patches = [p for p in get_list(it.data, "patches") if isinstance(p, Mapping)]
-    rows = [[links.path(p.get("file")), esc(p.get("change")), esc(p.get("reason"))] for p in patches]
-    return Markup(_t().patches(len(patches), html_table(["file", "change", "reason"], rows) if rows else None))
+def _patches(it: Iteration, links: Links) -> list[dict[str, Any]]:
+    return [{"file": links.path(p.get("file")), "change": p.get("change"), "reason": p.get("reason")}
+            for p in get_list(it.data, "patches") if isinstance(p, Mapping)]
 
 
-def _changes(exp: Experiment, links: Links) -> Markup:
-    t = _t()
+def _changes(exp: Experiment, links: Links) -> list[dict[str, Any]]:
+    """Each iteration > 0 against the one before: the diff of the applied DGDs, or why there is none."""
     cache: dict[Path, Dgd | str] = {}
     by_number = {it.number: it for it in exp.iterations}
     sections = []
@@ -306,14 +285,16 @@ def _changes(exp: Experiment, links: Links) -> Markup:
         prev = by_number.get(it.number - 1)
         after = _applied_dgd(it, exp.root, cache)
         before = _applied_dgd(prev, exp.root, cache) if prev is not None else "no ledger of the previous iteration"
+        note, diff = None, None
         if isinstance(before, str) or isinstance(after, str):
-            body = t.note("not compared: " + "; ".join(x for x in (before, after) if isinstance(x, str)))
+            note = "not compared: " + "; ".join(x for x in (before, after) if isinstance(x, str))
         else:
             change = dgd_diff.diff(before, after, exp.pinned)
-            body = t.note("no difference in the applied DGDs") if change.empty else _diff_html(change)
-        sections.append(t.change(it.number, it.deploy_id, prev.deploy_id if prev else "the previous iteration", body,
-                                 _patches(it, links)))
-    return Markup(t.changes(sections))
+            note, diff = ("no difference in the applied DGDs", None) if change.empty else (None, _diff(change))
+        sections.append({"number": it.number, "deploy_id": it.deploy_id,
+                         "against": prev.deploy_id if prev else "the previous iteration", "note": note,
+                         "diff": diff, "patches": _patches(it, links)})
+    return sections
 
 
 # --------------------------------------------------------------------------------------------
@@ -341,7 +322,7 @@ def _lane(it: Iteration, retired_by: str | None, last: _dt.datetime | None) -> L
                 tuple(h for h in holds if h is not None))
 
 
-def _timeline(exp: Experiment) -> str:
+def _timeline(exp: Experiment) -> dict[str, Any] | None:
     last = clock.parse_iso(exp.as_of)
     retirers: dict[str, str] = {}
     for it in exp.iterations:
@@ -349,8 +330,8 @@ def _timeline(exp: Experiment) -> str:
         ledger = retired.get("ledger")
         if isinstance(ledger, str):
             retirers[Path(ledger).parent.name] = it.deploy_id
-    svg = _timeline_svg([_lane(it, retirers.get(it.deploy_id), last) for it in exp.iterations])
-    return Markup(_t().timeline(legend_html(), svg)) if svg else ""
+    chart = timeline_chart([_lane(it, retirers.get(it.deploy_id), last) for it in exp.iterations])
+    return {"legend": legend(), "chart": chart} if chart is not None else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,14 +340,12 @@ def _timeline(exp: Experiment) -> str:
 
 
 def render(exp: Experiment, links: Links) -> str:
-    """The standalone page (no script, no external resource)."""
-    n = len(exp.iterations)
-    body = _t().body({"exp_id": exp.exp_id, "count": f"{n} iteration(s); as of the last ledger write "
-                                                      f"{exp.as_of or chr(8211)}",
-                      "top": _top_line(exp), "budgets": _budgets(exp), "rows": _rows(exp, links),
-                      "changes": _changes(exp, links), "timeline": _timeline(exp)})
-    return page("page.html.j2", title=f"experiment {exp.exp_id} - dynamo-deploy-suite",
-                style=iteration_report.CSS + _CSS, body=body)
+    """The standalone page (no script, no external resource): templates/experiment_page.html.j2."""
+    return markup.page(
+        "experiment_page.html.j2", title=f"experiment {exp.exp_id} - dynamo-deploy-suite", exp_id=exp.exp_id,
+        count=f"{len(exp.iterations)} iteration(s); as of the last ledger write {exp.as_of or chr(8211)}",
+        top=_top_line(exp), budgets=_budgets(exp), rows=[_row(it, links, exp.root) for it in exp.iterations],
+        changes=_changes(exp, links), timeline=_timeline(exp))
 
 
 def write(exp_root: Path, out: Path | None = None) -> Path:

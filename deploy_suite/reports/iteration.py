@@ -13,8 +13,10 @@ commands. The page is self-contained (inline CSS and SVG, no script, no external
 every ledger string is HTML-escaped. Classes are prefixed ``dsr-`` so that pytest-html's own
 stylesheet and script leave the block alone.
 
-Here: the summary, the sections and the page. Ledger values as HTML (key/values, record tables,
-links) are ``deploy_suite.reports.values``; the capacity table and GPU picture ``report_capacity``.
+Here: the view model of the summary, the sections and the page (what each shows); their markup is
+``templates/iteration.html.j2`` (the block), ``iteration_page.html.j2`` (the page) and
+``report.css``. Ledger values as view models are ``deploy_suite.reports.values``; the capacity
+section's ``deploy_suite.reports.capacity``.
 """
 
 from __future__ import annotations
@@ -28,27 +30,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from markupsafe import Markup
-
 from deploy_suite.errors import LedgerError
 from deploy_suite.record import experiment, resume
 from deploy_suite.record import ledger as ledger_mod
-from deploy_suite.reports.capacity import capacity_section
-from deploy_suite.reports.markup import macros, page, style
-from deploy_suite.reports.values import (
-    NO_LINKS,
-    badge,
-    esc,
-    get_list,
-    get_map,
-    html_table,
-    kv_table,
-    muted,
-    rest,
-    seconds,
-    value_html,
-)
-from deploy_suite.reports.values import code as values_code
+from deploy_suite.reports import markup
+from deploy_suite.reports.capacity import capacity_view
+from deploy_suite.reports.values import NO_LINKS, Muted, Node, get_list, get_map, rest, seconds, value_node
 from deploy_suite.reports.values import Links as Links  # re-exported: the type of every links= argument
 from deploy_suite.vocab import BlockerClass, RunStatus, StepOutcome
 
@@ -61,10 +48,7 @@ _OUTCOME_MARK: dict[str, str] = {StepOutcome.PASSED: "\u2713", StepOutcome.FAILE
                                  StepOutcome.BLOCKED: "\u2717", StepOutcome.SKIPPED: "\u21b7",
                                  StepOutcome.NOT_RUN: "\u2013"}
 _DOT = " \u00b7 "
-
-
-# The pages' scoped stylesheet (also the experiment page's base): templates/report.css.
-CSS = style("report.css")
+_TEMPLATE = "iteration.html.j2"
 
 
 def next_action(ledger: Mapping[str, Any]) -> str:
@@ -91,25 +75,6 @@ def next_action(ledger: Mapping[str, Any]) -> str:
             "same directory")
 
 
-# --------------------------------------------------------------------------------------------
-# Summary: one screen
-# --------------------------------------------------------------------------------------------
-
-
-def _t() -> Any:
-    return macros("iteration.html.j2")
-
-
-def _endpoint(ledger: Mapping[str, Any]) -> Markup:
-    endpoint = ledger.get("endpoint")
-    if not endpoint:
-        return muted("not known yet")
-    port = f":{endpoint['port']}" if endpoint.get("port") else ""
-    text = f"{endpoint.get('kind', '?')} {endpoint.get('target', '?')}{port}{endpoint.get('path', '')}"
-    worker = endpoint.get("worker_instance_id")
-    return Markup(_t().endpoint(text, f" (worker instance {worker})" if worker not in (None, "") else None))
-
-
 def stopped_by(ledger: Mapping[str, Any]) -> tuple[str, str] | None:
     """The step that stopped the run (the first failed or blocked one) and its reason."""
     for step in ledger.get("steps") or []:
@@ -133,6 +98,11 @@ def step_reason(step: Mapping[str, Any], stopper: str | None = None) -> str:
     return reason
 
 
+# --------------------------------------------------------------------------------------------
+# Summary: one screen
+# --------------------------------------------------------------------------------------------
+
+
 def _step_line(step: Mapping[str, Any], stopper: str | None) -> dict[str, Any]:
     outcome = str(step.get("outcome"))
     return {"outcome": outcome, "colour": _OUTCOME_COLOUR.get(outcome, "#6e7781"),
@@ -140,9 +110,62 @@ def _step_line(step: Mapping[str, Any], stopper: str | None) -> dict[str, Any]:
             "seconds": seconds(step.get("duration_s")), "reason": step_reason(step, stopper)}
 
 
-def summary_html(ledger: Mapping[str, Any], ledger_path: str | None = None, links: Links = NO_LINKS) -> Markup:
+def _endpoint(ledger: Mapping[str, Any]) -> dict[str, Any] | None:
+    endpoint = ledger.get("endpoint")
+    if not endpoint:
+        return None
+    port = f":{endpoint['port']}" if endpoint.get("port") else ""
+    worker = endpoint.get("worker_instance_id")
+    return {"text": f"{endpoint.get('kind', '?')} {endpoint.get('target', '?')}{port}{endpoint.get('path', '')}",
+            "worker": f" (worker instance {worker})" if worker not in (None, "") else None}
+
+
+def _ownership(ledger: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """Whose the DGD is (README, "Ownership"): the field manager step 5 applied it with."""
+    applied = ledger.get("applied_dgd")
+    return applied if isinstance(applied, Mapping) else None
+
+
+def _teardown(ledger: Mapping[str, Any]) -> dict[str, Any]:
+    """The teardown policy and what it did (step 6), or when the DGD was torn down."""
+    teardown = ledger.get("teardown")
+    return {"teardown": teardown if isinstance(teardown, Mapping) else None, "at": ledger.get("torn_down_at")}
+
+
+def _allocation(ledger: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The allocation intervals (README, "Resume") and their GPU-hours as of the ledger's last write."""
+    spans = resume.intervals(ledger)
+    if not spans:
+        return None
+    until = ledger.get("updated_at")
+    hours = resume.gpu_hours(ledger, now=str(until) if until else None)
+    held = spans[-1].get("released_at") is None and not ledger.get("torn_down_at")
+    return {"count": len(spans), "since": spans[0].get("allocated_at"), "hours": f"{hours:g}",
+            "held": f"(still held at {until})" if held else None}
+
+
+_BUDGETS = (("max_failed_deploys", "failed deploys", "{:g}"), ("gpu_hours", "GPU-hours", "{:.2f}"),
+            ("wall_clock_hours", "wall-clock hours", "{:.2f}"))
+
+
+def _budget(ledger: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Used of granted for each budget (step 2's ``budget`` section); a spent one in red."""
+    state = get_map(ledger, "budget")
+    if not state:
+        return None
+    parts = []
+    for key, label, fmt in _BUDGETS:
+        found = state.get(key)
+        usage: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        used, limit = usage.get("used"), usage.get("limit")
+        text = f"{label} {fmt.format(used) if isinstance(used, int | float) else '?'} of " + (
+            fmt.format(limit) if isinstance(limit, int | float) else "unlimited")
+        parts.append({"text": text, "spent": bool(usage.get("spent"))})
+    return {"parts": parts, "at": f"at {state.get('at')}"}
+
+
+def _summary(ledger: Mapping[str, Any], ledger_path: str | None, links: Links) -> dict[str, Any]:
     """The block at the top of a report: status, DGD, cluster, endpoint, blockers, next action, steps."""
-    t = _t()
     status = str(ledger.get("status"))
     source = get_map(ledger, "source_dgd")
     session = get_map(ledger, "session")
@@ -152,87 +175,32 @@ def summary_html(ledger: Mapping[str, Any], ledger_path: str | None = None, link
     bits.append(f"updated {ledger.get('updated_at')}")
     if session and session.get("finished_at") is None:
         bits.append("session not finished (running or interrupted)")
-    not_known = muted("not known yet")
-    pairs = [
-        ("DGD", t.dgd(ledger.get("dgd_name") or "?", bool(source), links.path(source.get("path")) if source else "",
-                      str(source.get("sha256") or "")[:12])),
-        ("context / namespace", t.context(ledger.get("kube_context"), ledger.get("namespace"))),
-        ("endpoint", _endpoint(ledger)),
-        ("served model", esc(ledger.get("served_model")) if ledger.get("served_model") else not_known),
-        ("GPUs requested", esc(ledger.get("gpus_requested")) if ledger.get("gpus_requested") is not None
-         else not_known),
-        ("GPU allocation", _allocation(ledger)),
-        ("ownership", _ownership(ledger)),
-        ("budget", _budget(ledger)),
-    ]
-    if ledger_path:
-        pairs.append(("ledger", values_code(ledger_path)))
     blockers = [b for b in ledger.get("blockers") or [] if isinstance(b, Mapping)]
     attempts = [a for a in ledger.get("failed_attempts") or [] if isinstance(a, Mapping)]
-    # A ledger of the older rule: runs that ended failed without an attempt, counted as they were.
-    older = experiment.failed_deploys_in(ledger) - len(attempts)
-    right = [
-        t.box("blockers", "dsr-blockers", [t.blocker(b) for b in blockers], ""),
-        t.box("failed attempts", "dsr-warn", [t.attempt(a) for a in attempts] + [t.older_failed_run()] * max(older, 0),
-              _torn_down(ledger)),
-    ]
-    if attempts and isinstance(ledger.get("teardown"), Mapping):
-        right.append(t.warn_box(_torn_down(ledger, br=False)))
     stopped = stopped_by(ledger)
     stopper = stopped[0] if stopped else None
-    if stopped and not any(b.get("step") == stopper for b in blockers):
-        right.insert(0, t.stopped_box(stopper, stopped[1]))
-    right.append(t.steps_table([_step_line(s, stopper) for s in ledger.get("steps") or [] if isinstance(s, Mapping)]))
-    return Markup(t.summary({"status": status, "colour": _STATUS_COLOUR.get(status, "#6e7781"),
-                             "deploy_id": ledger.get("deploy_id"), "bits": _DOT.join(b for b in bits if b),
-                             "current_step": ledger.get("current_step"), "next_action": next_action(ledger),
-                             "left": kv_table(pairs), "right": right}))
+    return {
+        "status": status, "colour": _STATUS_COLOUR.get(status, "#6e7781"), "deploy_id": ledger.get("deploy_id"),
+        "bits": _DOT.join(b for b in bits if b), "current_step": ledger.get("current_step"),
+        "next_action": next_action(ledger),
+        "dgd": {"name": ledger.get("dgd_name") or "?", "source": links.path(source.get("path")) if source else None,
+                "sha": "sha256 " + str(source.get("sha256") or "")[:12]},
+        "context": ledger.get("kube_context"), "namespace": ledger.get("namespace"), "endpoint": _endpoint(ledger),
+        "served_model": ledger.get("served_model"), "gpus_requested": ledger.get("gpus_requested"),
+        "allocation": _allocation(ledger), "ownership": _ownership(ledger), "budget": _budget(ledger),
+        "ledger_path": ledger_path, "teardown": _teardown(ledger),
+        # Shown when a step stopped the run without a blocker saying so.
+        "stopped": stopped if stopped and not any(b.get("step") == stopper for b in blockers) else None,
+        "blockers": blockers, "attempts": attempts,
+        # A ledger of the older rule: runs that ended failed without an attempt, counted as they were.
+        "older": max(experiment.failed_deploys_in(ledger) - len(attempts), 0),
+        "steps": [_step_line(s, stopper) for s in ledger.get("steps") or [] if isinstance(s, Mapping)],
+    }
 
 
-def _ownership(ledger: Mapping[str, Any]) -> Markup:
-    """Whose the DGD is (README, "Ownership"): the field manager step 5 applied it with."""
-    applied = ledger.get("applied_dgd")
-    if not isinstance(applied, Mapping):
-        return muted("not applied by this run")
-    return Markup(_t().ownership(applied.get("field_manager"), applied.get("uid")))
-
-
-def _allocation(ledger: Mapping[str, Any]) -> Markup:
-    """The allocation intervals (README, "Resume") and their GPU-hours as of the ledger's last write."""
-    spans = resume.intervals(ledger)
-    if not spans:
-        return muted("no GPU pod bound yet")
-    until = ledger.get("updated_at")
-    hours = resume.gpu_hours(ledger, now=str(until) if until else None)
-    held = spans[-1].get("released_at") is None and not ledger.get("torn_down_at")
-    return Markup(_t().allocation(len(spans), spans[0].get("allocated_at"), f"{hours:g}",
-                                  f"(still held at {until})" if held else None, _torn_down(ledger)))
-
-
-_BUDGETS = (("max_failed_deploys", "failed deploys", "{:g}"), ("gpu_hours", "GPU-hours", "{:.2f}"),
-            ("wall_clock_hours", "wall-clock hours", "{:.2f}"))
-
-
-def _budget(ledger: Mapping[str, Any]) -> Markup:
-    """Used of granted for each budget (step 2's ``budget`` section); a spent one in red."""
-    state = get_map(ledger, "budget")
-    if not state:
-        return muted("not judged: step2_validate did not run")
-    parts = []
-    for key, label, fmt in _BUDGETS:
-        found = state.get(key)
-        usage: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-        used, limit = usage.get("used"), usage.get("limit")
-        text = f"{label} {fmt.format(used) if isinstance(used, int | float) else '?'} of " + (
-            fmt.format(limit) if isinstance(limit, int | float) else "unlimited")
-        parts.append((text, bool(usage.get("spent"))))
-    return Markup(_t().budget(parts, state.get("at")))
-
-
-def _torn_down(ledger: Mapping[str, Any], *, br: bool = True) -> Markup:
-    """The teardown policy and what it did (step 6), or when the DGD was torn down."""
-    teardown = ledger.get("teardown")
-    return Markup(_t().torn_down(teardown if isinstance(teardown, Mapping) else None, ledger.get("torn_down_at"), br))
+def summary_html(ledger: Mapping[str, Any], ledger_path: str | None = None, links: Links = NO_LINKS) -> str:
+    """The block at the top of a report: status, DGD, cluster, endpoint, blockers, next action, steps."""
+    return markup.block(_TEMPLATE, "summary", _summary(ledger, ledger_path, links))
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,7 +210,7 @@ def _torn_down(ledger: Mapping[str, Any], *, br: bool = True) -> Markup:
 
 def evidence_html(evidence: Mapping[str, Any], links: Links = NO_LINKS) -> str:
     """One step's evidence as key/values (also the pytest-html extra of a step)."""
-    return Markup(_t().evidence(value_html(dict(evidence), links))) if evidence else ""
+    return markup.block(_TEMPLATE, "evidence", value_node(dict(evidence), links)) if evidence else ""
 
 
 def _has_records(value: Any) -> bool:
@@ -254,7 +222,7 @@ def _has_records(value: Any) -> bool:
     return False
 
 
-def _steps_section(ledger: Mapping[str, Any], links: Links) -> Markup:
+def _cards(ledger: Mapping[str, Any], links: Links) -> list[dict[str, Any]]:
     stopped = stopped_by(ledger)
     cards = []
     for s in ledger.get("steps") or []:
@@ -262,11 +230,11 @@ def _steps_section(ledger: Mapping[str, Any], links: Links) -> Markup:
             continue
         evidence = s.get("evidence") or {}
         card = _step_line(s, stopped[0] if stopped else None)
-        card["body"] = value_html(evidence, links) if evidence else muted("no evidence recorded")
+        card["body"] = value_node(evidence, links) if evidence else Muted("no evidence recorded")
         # Big evidence (nested tables) gets the full width instead of a horizontal scrollbar.
         card["wide"] = _has_records(evidence) or len(json.dumps(evidence, default=str)) > 600
         cards.append(card)
-    return Markup(_t().steps_section(cards))
+    return cards
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,142 +242,118 @@ def _steps_section(ledger: Mapping[str, Any], links: Links) -> Markup:
 # --------------------------------------------------------------------------------------------
 
 
-def _components(comps: Any, links: Links) -> Markup | str:
+def _components(comps: Any, links: Links) -> dict[str, Any] | None:
     """Step 6's components: ready of expected, pods, nodes (and a multinode component's leader and
     workers, each on its node: membership.multinode_role)."""
     if not isinstance(comps, Mapping) or not comps:
-        return ""
-    t = _t()
+        return None
     rows = []
     layout = any(isinstance(c, Mapping) and c.get("layout") for c in comps.values())
     for name, raw in comps.items():
         c: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-        row = [t.bold(name), t.ratio(c.get("ready"), c.get("expected"), c.get("ready") == c.get("expected")),
-               value_html(c.get("pods"), links), value_html(c.get("nodes"), links)]
-        if layout:
-            row.append(t.layout([f"{e.get('role')}: {e.get('pod')} on {e.get('node')}"
-                                 for e in c.get("layout") or [] if isinstance(e, Mapping)]))
-        rows.append(row)
-    return html_table(["component", "ready", "pods", "nodes", *(["leader/workers"] if layout else [])],
-                      rows, frozenset({1}))
+        rows.append({"name": name, "ready": c.get("ready"), "expected": c.get("expected"),
+                     "ok": c.get("ready") == c.get("expected"), "pods": value_node(c.get("pods"), links),
+                     "nodes": value_node(c.get("nodes"), links),
+                     "layout": [f"{e.get('role')}: {e.get('pod')} on {e.get('node')}"
+                                for e in c.get("layout") or [] if isinstance(e, Mapping)]})
+    return {"layout": layout, "rows": rows}
 
 
-def _readiness_section(ledger: Mapping[str, Any], links: Links) -> Markup | str:
+def _readiness(ledger: Mapping[str, Any], links: Links) -> dict[str, Any] | None:
     rd = get_map(ledger, "readiness")
     if not rd:
-        return ""
-    t = _t()
+        return None
     state = str(rd.get("state"))
-    colour = "#1a7f37" if state == "ready" else "#cf222e" if state not in ("waiting", "None") else "#9a6700"
-    after = f" after {seconds(rd.get('seconds'))}" if rd.get("seconds") is not None else None
-    pairs = [
-        ("state", t.readiness_state(state, colour, after)),
-        ("DGD state", esc(rd.get("dgd_state"))),
-        ("Ready condition", t.ready_condition(rd.get("ready_condition"), str(rd.get("ready_reason") or ""))),
-        ("allocated at", esc(rd.get("allocated_at"))),
-    ]
-    if rd.get("diagnosis"):
-        pairs.append(("diagnosis", value_html(rd.get("diagnosis"), links)))
-    if rd.get("evidence"):
-        pairs.append(("evidence", value_html(rd.get("evidence"), links)))
-    pairs.extend(rest(rd, ("state", "seconds", "dgd_state", "ready_condition", "ready_reason", "allocated_at",
-                            "diagnosis", "evidence", "components", "contention"), links))
     contention = rd.get("contention")
-    return Markup(t.readiness(kv_table(pairs), _components(rd.get("components"), links),
-                              value_html(contention, links) if contention else None))
+    return {
+        "state": state,
+        "colour": "#1a7f37" if state == "ready" else "#cf222e" if state not in ("waiting", "None") else "#9a6700",
+        "after": f" after {seconds(rd.get('seconds'))}" if rd.get("seconds") is not None else None,
+        "dgd_state": rd.get("dgd_state"), "ready_condition": rd.get("ready_condition"),
+        "ready_reason": str(rd.get("ready_reason") or ""), "allocated_at": rd.get("allocated_at"),
+        "diagnosis": value_node(rd.get("diagnosis"), links) if rd.get("diagnosis") else None,
+        "evidence": value_node(rd.get("evidence"), links) if rd.get("evidence") else None,
+        "rest": rest(rd, ("state", "seconds", "dgd_state", "ready_condition", "ready_reason", "allocated_at",
+                          "diagnosis", "evidence", "components", "contention"), links),
+        "components": _components(rd.get("components"), links),
+        "contention": value_node(contention, links) if contention else None,
+    }
 
 
-def _smoke_section(ledger: Mapping[str, Any], links: Links) -> Markup | str:
+def _smoke(ledger: Mapping[str, Any], links: Links) -> dict[str, Any] | None:
     sm = get_map(ledger, "smoke")
     if not sm:
-        return ""
-    t = _t()
-    ok = bool(sm.get("success"))
-    pairs = [
-        ("result", badge("passed" if ok else "failed", "#1a7f37" if ok else "#cf222e")),
-        ("HTTP codes", t.http_codes(sm.get("models_http_code"), sm.get("api_http_code"))),
-        ("gate", esc(sm.get("gate")) if sm.get("gate") else muted("no gate failed" if ok else "none recorded")),
-    ]
-    if sm.get("diagnosis"):
-        pairs.append(("diagnosis", value_html(sm.get("diagnosis"), links)))
+        return None
     timings = sm.get("timings")
-    if isinstance(timings, Mapping) and timings:
-        pairs.append(("timings", esc(", ".join(f"{k.removesuffix('_s')} {seconds(v)}" for k, v in timings.items()))))
-    if sm.get("artifact"):
-        pairs.append(("artifact", links.path(sm.get("artifact"))))
-    bodies = get_list(sm, "bodies")
-    if bodies:
-        pairs.append(("response bodies", t.lines([links.path(b) for b in bodies])))
-    pairs.extend(rest(sm, ("success", "models_http_code", "api_http_code", "gate", "diagnosis", "timings",
-                            "artifact", "bodies"), links))
-    return Markup(t.section("Smoke", kv_table(pairs)))
+    return {
+        "ok": bool(sm.get("success")), "models": sm.get("models_http_code"), "api": sm.get("api_http_code"),
+        "gate": sm.get("gate"),
+        "diagnosis": value_node(sm.get("diagnosis"), links) if sm.get("diagnosis") else None,
+        "timings": ", ".join(f"{k.removesuffix('_s')} {seconds(v)}" for k, v in timings.items())
+        if isinstance(timings, Mapping) and timings else None,
+        "artifact": links.path(sm.get("artifact")) if sm.get("artifact") else None,
+        "bodies": [links.path(b) for b in get_list(sm, "bodies")],
+        "rest": rest(sm, ("success", "models_http_code", "api_http_code", "gate", "diagnosis", "timings",
+                          "artifact", "bodies"), links),
+    }
 
 
-def _patches_section(ledger: Mapping[str, Any], links: Links) -> Markup:
-    patches = [p for p in ledger.get("patches") or [] if isinstance(p, Mapping)]
-    if not patches:
-        return Markup(_t().section("Patches", muted("none: the run-scoped copies are the handed-off files")))
-    rows = [[links.path(p.get("file")), esc(p.get("change")), esc(p.get("reason")), muted(str(p.get("at")))]
-            for p in patches]
-    return Markup(_t().section(f"Patches ({len(patches)})", html_table(["file", "change", "reason", "at"], rows)))
+def _patches(ledger: Mapping[str, Any], links: Links) -> list[dict[str, Any]]:
+    return [{"file": links.path(p.get("file")), "change": p.get("change"), "reason": p.get("reason"),
+             "at": str(p.get("at"))} for p in ledger.get("patches") or [] if isinstance(p, Mapping)]
 
 
-def _list_section(title: str, items: Sequence[Any], links: Links, empty: str) -> Markup:
-    return Markup(_t().listing(title, [value_html(i, links, 1) for i in items], empty))
-
-
-def _commands_section(ledger: Mapping[str, Any]) -> Markup:
+def _commands(ledger: Mapping[str, Any]) -> dict[str, Any]:
     commands = [c for c in ledger.get("commands") or [] if isinstance(c, Mapping)]
     kinds = Counter(str(c.get("kind")) for c in commands)
-    rows = [[esc(i), esc(c.get("kind")), esc(c.get("outcome")), muted(str(c.get("at"))), values_code(c.get("command"))]
-            for i, c in enumerate(commands, 1)]
-    body = html_table(["#", "kind", "outcome", "at", "command"], rows, frozenset({0})) if rows else muted("none")
-    return Markup(_t().commands(len(commands), ", ".join(f"{n} {k}" for k, n in kinds.most_common()), body))
-
-
-def _cleanup_section(ledger: Mapping[str, Any]) -> Markup:
-    cmds = [str(c) for c in ledger.get("cleanup_commands") or []]
-    return Markup(_t().cleanup("\n".join(cmds) if cmds else None))
+    return {"counted": ", ".join(f"{n} {k}" for k, n in kinds.most_common()),
+            "rows": [{"kind": c.get("kind"), "outcome": c.get("outcome"), "at": str(c.get("at")),
+                      "command": c.get("command")} for c in commands]}
 
 
 _MORE = ("applied_manifests", "preflight", "config_engagement", "retired_previous", "previous_deployment",
          "hold_decisions", "reapplies", "resumes", "settings")
 
 
-def _more_section(ledger: Mapping[str, Any], links: Links) -> Markup:
+def _more(ledger: Mapping[str, Any], links: Links) -> list[tuple[str, Node]]:
     parts = []
     for key in _MORE:
         value = ledger.get(key)
         if value in (None, [], {}):
             continue
         count = f" ({len(value)})" if isinstance(value, list) else ""
-        parts.append((f"{key.replace('_', ' ')}{count}", value_html(value, links)))
-    return Markup(_t().more(parts))
+        parts.append((f"{key.replace('_', ' ')}{count}", value_node(value, links)))
+    return parts
 
 
-def report_html(ledger: Mapping[str, Any], ledger_path: str | None = None, links: Links = NO_LINKS) -> Markup:
+def _listing(items: Sequence[Any], links: Links) -> list[Node]:
+    return [value_node(i, links, 1) for i in items]
+
+
+def _report(ledger: Mapping[str, Any], ledger_path: str | None, links: Links) -> dict[str, Any]:
+    """The view model of everything a reviewer needs."""
+    cleanup = [str(c) for c in ledger.get("cleanup_commands") or []]
+    return {
+        "summary": _summary(ledger, ledger_path, links), "cards": _cards(ledger, links),
+        "capacity": capacity_view(ledger, links), "readiness": _readiness(ledger, links),
+        "smoke": _smoke(ledger, links), "patches": _patches(ledger, links),
+        "limitations": _listing(get_list(ledger, "limitations"), links),
+        "diagnostics": _listing(get_list(ledger, "diagnostics"), links),
+        "commands": _commands(ledger),
+        "cleanup": "\n".join(cleanup) if cleanup else None,
+        "more": _more(ledger, links),
+    }
+
+
+def report_html(ledger: Mapping[str, Any], ledger_path: str | None = None, links: Links = NO_LINKS) -> str:
     """Everything a reviewer needs, as one self-contained block (its own scoped CSS)."""
-    diagnostics = get_list(ledger, "diagnostics")
-    sections = [
-        summary_html(ledger, ledger_path, links),
-        _steps_section(ledger, links),
-        capacity_section(ledger, links),
-        _readiness_section(ledger, links),
-        _smoke_section(ledger, links),
-        _patches_section(ledger, links),
-        _list_section("Limitations", get_list(ledger, "limitations"), links, "none recorded"),
-        _list_section("Diagnostics", diagnostics, links, "none") if diagnostics else "",
-        _commands_section(ledger),
-        _cleanup_section(ledger),
-        _more_section(ledger, links),
-    ]
-    return Markup(_t().report(CSS, sections))
+    return markup.block(_TEMPLATE, "report", _report(ledger, ledger_path, links))
 
 
 def render(ledger: Mapping[str, Any], ledger_path: str | None = None, links: Links = NO_LINKS) -> str:
     """A standalone HTML page for one ledger (no external resources, no script)."""
-    return page("page.html.j2", title=f"{ledger.get('deploy_id')} - dynamo-deploy-suite", style="",
-                body=report_html(ledger, ledger_path, links))
+    return markup.page("iteration_page.html.j2", title=f"{ledger.get('deploy_id')} - dynamo-deploy-suite",
+                           report=_report(ledger, ledger_path, links))
 
 
 def links_for(ledger_path: Path, page_dir: Path) -> Links:
