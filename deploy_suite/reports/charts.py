@@ -1,6 +1,7 @@
 """The experiment page's two inline SVG charts: budgets used against their grants, and the timeline.
 
-Pure functions of values read from the ledgers; no script, every string escaped. The timeline is a
+Their view models (every coordinate, colour and tooltip), pure functions of values read from the
+ledgers; their markup is ``templates/charts.html.j2`` (no script, every string escaped). The timeline is a
 Gantt on one time axis: a lane per iteration holding its steps (started_at + duration_s) and,
 below them, the intervals its DGD held GPUs (``allocations``, README "Resume"; an open one ends at
 ``torn_down_at``, else it is drawn up to the experiment's last ledger write as still held). Where a

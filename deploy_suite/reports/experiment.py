@@ -10,7 +10,8 @@ same way. Budgets and live GPU-hours are counted as of the experiment's last led
 In order: one line with the experiment's blockers and next action; the budgets chart; one row per
 iteration; what changed for each iteration > 0 (``deploy_suite.reports.dgd_diff``); the timeline
 (``deploy_suite.reports.charts``). Self-contained (inline CSS and SVG, no script), every ledger
-string escaped, an old ledger without the newer fields rendered with what it has.
+string escaped, an old ledger without the newer fields rendered with what it has. Here: the view
+model of each part; the markup is ``templates/experiment_page.html.j2``.
 """
 
 from __future__ import annotations
