@@ -10,7 +10,8 @@ same way. Budgets and live GPU-hours are counted as of the experiment's last led
 In order: one line with the experiment's blockers and next action; the budgets chart; one row per
 iteration; what changed for each iteration > 0 (``deploy_suite.reports.dgd_diff``); the timeline
 (``deploy_suite.reports.charts``). Self-contained (inline CSS and SVG, no script), every ledger
-string escaped, an old ledger without the newer fields rendered with what it has.
+string escaped, an old ledger without the newer fields rendered with what it has. Here: the view
+model of each part; the markup is ``templates/experiment_page.html.j2``.
 """
 
 from __future__ import annotations
@@ -31,29 +32,23 @@ from deploy_suite.model import workload
 from deploy_suite.model.dgd import Dgd, load_dgd
 from deploy_suite.record import budget, experiment, resume
 from deploy_suite.record.ledger import atomic_write_text
-from deploy_suite.reports import dgd_diff
+from deploy_suite.reports import dgd_diff, markup
 from deploy_suite.reports import iteration as iteration_report
-from deploy_suite.reports.charts import ALLOCATION_COLOUR, STEP_COLOURS, Bar, Lane, Span, budget_svg, legend_html
-from deploy_suite.reports.charts import timeline_svg as _timeline_svg
-from deploy_suite.reports.values import Links, badge, esc, get_list, get_map, html_table, muted, seconds
+from deploy_suite.reports.charts import (
+    ALLOCATION_COLOUR,
+    STEP_COLOURS,
+    Bar,
+    Lane,
+    Span,
+    budget_chart,
+    legend,
+    timeline_chart,
+)
+from deploy_suite.reports.values import Lines, Link, Links, Muted, Node, get_list, get_map, seconds
 from deploy_suite.vocab import BlockerClass, RunStatus, StepOutcome
 from deploy_suite.yamlio import load_one
 
 PAGE = "experiment.html"
-_DOT = " \u00b7 "
-
-_CSS = """
-.dsr table.dsr-iters td{white-space:nowrap}
-.dsr table.dsr-iters td.dsr-wrap{white-space:normal;min-width:110px}
-.dsr table.dsr-iters td.dsr-first{white-space:normal}
-.dsr .dsr-change{border:1px solid #d0d7de;border-radius:6px;padding:4px 10px;margin:8px 0;break-inside:avoid}
-.dsr .dsr-change h3{margin:4px 0}
-.dsr .dsr-pinned{color:#fff;background:#8250df;border-radius:8px;padding:0 6px;font-size:11px}
-.dsr .dsr-del{color:#82071e;background:#ffebe9}
-.dsr .dsr-add{color:#116329;background:#dafbe1}
-@media print{.dsr table.dsr-iters{font-size:8px}.dsr table.dsr-iters td{white-space:normal;min-width:0}
- .dsr table.dsr-iters td code{overflow-wrap:normal}.dsr table.dsr-iters td.dsr-first small{display:none}}
-"""
 
 
 @dataclass(frozen=True)
@@ -137,132 +132,112 @@ def load(exp_root: Path) -> Experiment:
 # --------------------------------------------------------------------------------------------
 
 
-def _top_line(exp: Experiment) -> str:
+def _top_line(exp: Experiment) -> dict[str, Any] | None:
+    """The experiment's blockers and the next action of its last iteration (None: no iteration yet)."""
     if not exp.iterations:
-        return f'<div class="dsr-next" id="dsr-top">{muted("no deployment ledger yet under artifacts/")}</div>'
+        return None
     latest = exp.iterations[-1]
     blockers = [b for b in get_list(latest.data, "blockers") if isinstance(b, Mapping)]
     # A budget spent since the last run's step 2 is the experiment's blocker too (said once: the
     # last ledger's own budget blocker, when it has one, already says it).
     if exp.state is not None and not any(b.get("class") == BlockerClass.BUDGET for b in blockers):
         blockers.extend({"step": "budget", "message": message} for _, message, _ in exp.state.blockers)
-    said = "; ".join(f"{b.get('step')}: {b.get('message')}" for b in blockers)
-    blocked = (f'<b style="color:#cf222e">blockers ({len(blockers)}):</b> {esc(said)}' if blockers
-               else '<b style="color:#1a7f37">no blocker</b>')
-    return (f'<div class="dsr-next" id="dsr-top">{blocked}{muted(_DOT)}<b>next action '
-            f"({esc(latest.deploy_id)}):</b> {esc(iteration_report.next_action(latest.data))}</div>")
+    return {"blockers": len(blockers), "said": "; ".join(f"{b.get('step')}: {b.get('message')}" for b in blockers),
+            "deploy_id": latest.deploy_id, "next_action": iteration_report.next_action(latest.data)}
 
 
-def _budgets(exp: Experiment) -> str:
+def _budgets(exp: Experiment) -> dict[str, Any]:
     if exp.state is None:
-        return "<h2>Budgets</h2>" + muted("not counted: no ledger with a time of writing")
+        return {"chart": None, "note": "not counted: no ledger with a time of writing"}
     s = exp.state
     bars = [Bar("failed deploys", s.failed_deploys.used, s.failed_deploys.limit, "failed deploy(s)"),
             Bar("GPU-hours", round(s.gpu_hours.used, 3), s.gpu_hours.limit, "GPU-h"),
             Bar("wall clock", round(s.wall_clock_hours.used, 2), s.wall_clock_hours.limit, "h")]
     since = f", wall clock since {s.session_started_at}" if s.session_started_at else ", no session start recorded"
-    return (f'<h2 id="budgets">Budgets</h2><div class="dsr-svg">{budget_svg(bars)}</div>'
-            + muted(f"as of the last ledger write {s.at}{since}; grants from user_workload.yaml budgets "
-                    "(ungated when null)"))
+    return {"chart": budget_chart(bars),
+            "note": f"as of the last ledger write {s.at}{since}; grants from user_workload.yaml budgets "
+                    "(ungated when null)"}
 
 
 # --------------------------------------------------------------------------------------------
 # One row per iteration
 # --------------------------------------------------------------------------------------------
 
-_HEAD = ["iteration", "status", "provenance / review", "DGD", "GPUs", "capacity", "time to ready", "smoke",
-         "failed attempts", "allocated", "torn down", "GPU-hours"]
 
-
-def _capacity(data: Mapping[str, Any]) -> str:
+def _capacity(data: Mapping[str, Any]) -> Node:
     verdict = get_map(data, "capacity").get("capacity") or get_map(data, "preflight").get("capacity")
-    return esc(verdict) if verdict else muted("not judged")
+    return verdict if verdict else Muted("not judged")
 
 
-def _time_to_ready(data: Mapping[str, Any]) -> str:
+def _time_to_ready(data: Mapping[str, Any]) -> Node:
     readiness = get_map(data, "readiness")
     if readiness.get("state") == "ready" and readiness.get("seconds") is not None:
-        return esc(seconds(readiness.get("seconds")))
-    return muted(str(readiness.get("state") or "not reached"))
+        return seconds(readiness.get("seconds"))
+    return Muted(str(readiness.get("state") or "not reached"))
 
 
-def _smoke(data: Mapping[str, Any]) -> str:
+def _smoke(data: Mapping[str, Any]) -> dict[str, Any] | None:
     smoke = get_map(data, "smoke")
     if not smoke:
-        return muted("not run")
+        return None
     ok = smoke.get("success") == 1 or smoke.get("success") is True
     timings = get_map(smoke, "timings")
-    said = ", ".join(f"{str(k).removesuffix('_s')} {seconds(v)}" for k, v in timings.items() if seconds(v))
-    gate = "" if ok else f" {smoke.get('gate') or ''}"
-    return (badge("passed" if ok else "failed", "#1a7f37" if ok else "#cf222e") + esc(gate)
-            + (f"<br>{muted(said)}" if said else ""))
+    return {"passed": ok, "gate": "" if ok else f" {smoke.get('gate') or ''}",
+            "said": ", ".join(f"{str(k).removesuffix('_s')} {seconds(v)}" for k, v in timings.items() if seconds(v))}
 
 
-def _attempts(data: Mapping[str, Any]) -> str:
+def _attempts(data: Mapping[str, Any]) -> Node:
     """The failed attempts by category; a ledger of the older rule's failed runs without one, counted."""
     attempts = [a for a in get_list(data, "failed_attempts") if isinstance(a, Mapping)]
     older = experiment.failed_deploys_in(data) - len(attempts)
     said = f" + {older} failed run(s) without one (older ledger), counted" if older > 0 else ""
     if not attempts:
-        return esc(said.removeprefix(" + ")) if said else muted("none")
+        return said.removeprefix(" + ") if said else Muted("none")
     kinds = Counter(str(a.get("category") or "?") for a in attempts)
-    return f"{len(attempts)}: " + esc(", ".join(f"{k} x{n}" if n > 1 else k for k, n in kinds.most_common()) + said)
+    return f"{len(attempts)}: " + ", ".join(f"{k} x{n}" if n > 1 else k for k, n in kinds.most_common()) + said
 
 
-def _when(value: object) -> str:
+def _when(value: object) -> Node:
     """A ledger timestamp in two short lines (date, time), so the table fits a page."""
-    text = esc(value)
-    return text.replace("T", "<br>", 1) if value else muted("\u2013")
+    if not value:
+        return Muted("\u2013")
+    date, cut, time = str(value).partition("T")
+    return Lines([date, time] if cut else [date])
 
 
-def _torn_down(data: Mapping[str, Any]) -> str:
+def _torn_down(data: Mapping[str, Any]) -> Node:
     at = data.get("torn_down_at")
     if at:
         return _when(at)
     teardown = get_map(data, "teardown")
     if teardown:
-        return esc(f"{teardown.get('action')} ({teardown.get('policy')})")
-    return muted("live" if resume.intervals(data) else "\u2013")
+        return f"{teardown.get('action')} ({teardown.get('policy')})"
+    return Muted("live" if resume.intervals(data) else "\u2013")
 
 
-def _links(it: Iteration, links: Links, root: Path) -> str:
+def _links(it: Iteration, links: Links, root: Path) -> list[Link]:
     out = []
     page = iteration_page(it.path)
     if page.is_file():
         out.append(links.link(page.relative_to(root).as_posix(), "page"))
     out.append(links.link(it.path.relative_to(root).as_posix(), "ledger"))
-    out.extend(links.link(m.get("path"), esc(m.get("type") or "manifest"))
+    out.extend(links.link(m.get("path"), m.get("type") or "manifest")
                for m in get_list(it.data, "applied_manifests") if isinstance(m, Mapping) and m.get("path"))
-    return " \u00b7 ".join(out)
+    return out
 
 
-def _row(it: Iteration, links: Links, root: Path) -> str:
+def _row(it: Iteration, links: Links, root: Path) -> dict[str, Any]:
     d = it.data
     status = str(d.get("status"))
     colours: dict[str, str] = {RunStatus.READY: "#1a7f37", RunStatus.IN_PROGRESS: "#9a6700"}
-    colour = colours.get(status, "#cf222e")
-    review = f"<br>{muted(str(d.get('review_id')))}" if d.get("review_id") else ""
     until = d.get("updated_at")
     hours = resume.gpu_hours(d, now=str(until) if until else None)
-    cells = [f"<b>{esc(it.number)}</b><br><small>{_links(it, links, root)}</small>", badge(status, colour),
-             f"{esc(d.get('provenance') or '?')}{review}",
-             f"<code>{esc(d.get('dgd_name') or '?')}</code>",
-             esc(d.get("gpus_requested")) if d.get("gpus_requested") is not None else muted("?"),
-             _capacity(d), _time_to_ready(d), _smoke(d), _attempts(d),
-             _when(d.get("allocated_at")), _torn_down(d),
-             f"{hours:.3f}"]
-    css = {0: ' class="dsr-first"', 2: ' class="dsr-wrap"', 7: ' class="dsr-wrap"', 8: ' class="dsr-wrap"'}
-    tds = "".join(f"<td{css.get(i, '')}>{c}</td>" for i, c in enumerate(cells))
-    return f'<tr class="dsr-iter" id="iter-{esc(it.number)}" data-iteration="{esc(it.number)}">{tds}</tr>'
-
-
-def _rows(exp: Experiment, links: Links) -> str:
-    if not exp.iterations:
-        return '<h2 id="iterations">Iterations</h2>' + muted("none yet")
-    head = "".join(f"<th>{esc(h)}</th>" for h in _HEAD)
-    body = "".join(_row(it, links, exp.root) for it in exp.iterations)
-    return (f'<h2 id="iterations">Iterations ({len(exp.iterations)})</h2><div class="dsr-svg">'
-            f'<table class="dsr-iters"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
+    return {"number": it.number, "links": _links(it, links, root), "status": status,
+            "colour": colours.get(status, "#cf222e"), "provenance": d.get("provenance") or "?",
+            "review": str(d.get("review_id")) if d.get("review_id") else None, "dgd": d.get("dgd_name") or "?",
+            "gpus": d.get("gpus_requested") if d.get("gpus_requested") is not None else Muted("?"),
+            "capacity": _capacity(d), "ready": _time_to_ready(d), "smoke": _smoke(d), "attempts": _attempts(d),
+            "allocated": _when(d.get("allocated_at")), "torn_down": _torn_down(d), "hours": f"{hours:.3f}"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,47 +260,23 @@ def _applied_dgd(it: Iteration, root: Path, cache: dict[Path, Dgd | str]) -> Dgd
     return cache[path]
 
 
-def _value(value: object) -> str:
-    return muted("absent") if value is None else f"<code>{esc(value)}</code>"
-
-
-def _diff_html(change: dgd_diff.DgdDiff) -> str:
-    parts = []
-    if change.renamed:
-        parts.append(f"<p>DGD renamed: {_value(change.renamed[0])} \u2192 {_value(change.renamed[1])}</p>")
-    for comp in change.components:
-        rows = [[esc(c.what), esc(c.kind),
-                 f'<span class="dsr-del">{_value(c.before)}</span>' if c.before is not None else _value(None),
-                 f'<span class="dsr-add">{_value(c.after)}</span>' if c.after is not None else _value(None)]
-                for c in comp.changes]
-        parts.append(f'<h4 class="dsr-component" data-component="{esc(comp.name)}">{esc(comp.name)} '
-                     f"{muted('(' + comp.status + ')')}</h4>" + html_table(["field", "", "before", "after"], rows))
+def _diff(change: dgd_diff.DgdDiff) -> dict[str, Any]:
     # Per-component knobs (replicas, GPUs per worker, parallelism) are the component rows above;
     # the table adds the graph-wide ones, and every pinned knob that moved.
     shown = [k for k in change.knobs if k.pinned or not isinstance(k.before, dict | type(None))
              or not isinstance(k.after, dict | type(None))]
-    if shown:
-        rows = [[esc(k.name) + (' <span class="dsr-pinned">pinned</span>' if k.pinned else ""),
-                 _value(k.before), _value(k.after)] for k in shown]
-        parts.append("<h4>knobs</h4>" + html_table(["knob", "before", "after"], rows))
-    moved = [k.name for k in change.knobs if k.pinned]
-    if change.pinned_unchanged:
-        parts.append(f"<p>{muted('pinned knobs unchanged (resources.pinned): ' + ', '.join(change.pinned_unchanged))}"
-                     "</p>")
-    if moved:
-        parts.append(f'<p><b style="color:#cf222e">pinned knobs changed: {esc(", ".join(moved))}</b></p>')
-    return "".join(parts)
+    return {"renamed": change.renamed, "components": change.components, "knobs": shown,
+            "pinned_unchanged": ", ".join(change.pinned_unchanged),
+            "moved": ", ".join(k.name for k in change.knobs if k.pinned)}
 
 
-def _patches(it: Iteration, links: Links) -> str:
-    patches = [p for p in get_list(it.data, "patches") if isinstance(p, Mapping)]
-    if not patches:
-        return f"<p>{muted('compatibility patches: none')}</p>"
-    rows = [[links.path(p.get("file")), esc(p.get("change")), esc(p.get("reason"))] for p in patches]
-    return f"<p>compatibility patches ({len(patches)}):</p>" + html_table(["file", "change", "reason"], rows)
+def _patches(it: Iteration, links: Links) -> list[dict[str, Any]]:
+    return [{"file": links.path(p.get("file")), "change": p.get("change"), "reason": p.get("reason")}
+            for p in get_list(it.data, "patches") if isinstance(p, Mapping)]
 
 
-def _changes(exp: Experiment, links: Links) -> str:
+def _changes(exp: Experiment, links: Links) -> list[dict[str, Any]]:
+    """Each iteration > 0 against the one before: the diff of the applied DGDs, or why there is none."""
     cache: dict[Path, Dgd | str] = {}
     by_number = {it.number: it for it in exp.iterations}
     sections = []
@@ -333,21 +284,18 @@ def _changes(exp: Experiment, links: Links) -> str:
         if it.number <= 0:
             continue
         prev = by_number.get(it.number - 1)
-        head = f"<h3>{esc(it.deploy_id)} against {esc(prev.deploy_id if prev else 'the previous iteration')}</h3>"
         after = _applied_dgd(it, exp.root, cache)
         before = _applied_dgd(prev, exp.root, cache) if prev is not None else "no ledger of the previous iteration"
+        note, diff = None, None
         if isinstance(before, str) or isinstance(after, str):
-            why = "; ".join(x for x in (before, after) if isinstance(x, str))
-            body = f"<p>{muted('not compared: ' + why)}</p>"
+            note = "not compared: " + "; ".join(x for x in (before, after) if isinstance(x, str))
         else:
             change = dgd_diff.diff(before, after, exp.pinned)
-            body = (f"<p>{muted('no difference in the applied DGDs')}</p>" if change.empty
-                    else _diff_html(change))
-        sections.append(f'<section class="dsr-change" id="change-{esc(it.number)}" '
-                        f'data-iteration="{esc(it.number)}">{head}{body}{_patches(it, links)}</section>')
-    if not sections:
-        return ""
-    return '<h2 id="changes">What changed</h2>' + "".join(sections)
+            note, diff = ("no difference in the applied DGDs", None) if change.empty else (None, _diff(change))
+        sections.append({"number": it.number, "deploy_id": it.deploy_id,
+                         "against": prev.deploy_id if prev else "the previous iteration", "note": note,
+                         "diff": diff, "patches": _patches(it, links)})
+    return sections
 
 
 # --------------------------------------------------------------------------------------------
@@ -375,7 +323,7 @@ def _lane(it: Iteration, retired_by: str | None, last: _dt.datetime | None) -> L
                 tuple(h for h in holds if h is not None))
 
 
-def _timeline(exp: Experiment) -> str:
+def _timeline(exp: Experiment) -> dict[str, Any] | None:
     last = clock.parse_iso(exp.as_of)
     retirers: dict[str, str] = {}
     for it in exp.iterations:
@@ -383,12 +331,8 @@ def _timeline(exp: Experiment) -> str:
         ledger = retired.get("ledger")
         if isinstance(ledger, str):
             retirers[Path(ledger).parent.name] = it.deploy_id
-    svg = _timeline_svg([_lane(it, retirers.get(it.deploy_id), last) for it in exp.iterations])
-    if not svg:
-        return ""
-    return (f'<h2 id="timeline">Timeline</h2>{legend_html()}<div class="dsr-svg">{svg}</div>'
-            + muted("each lane: the steps (top) and the GPU allocation intervals (bottom); a red mark is where a "
-                    "later iteration's step 3 retired the DGD"))
+    chart = timeline_chart([_lane(it, retirers.get(it.deploy_id), last) for it in exp.iterations])
+    return {"legend": legend(), "chart": chart} if chart is not None else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,16 +341,12 @@ def _timeline(exp: Experiment) -> str:
 
 
 def render(exp: Experiment, links: Links) -> str:
-    """The standalone page (no script, no external resource)."""
-    n = len(exp.iterations)
-    title = f"experiment {exp.exp_id} - dynamo-deploy-suite"
-    head = (f'<div class="dsr-head"><span class="dsr-title">experiment {esc(exp.exp_id)}</span>'
-            f"{muted(f'{n} iteration(s); as of the last ledger write {exp.as_of or chr(8211)}')}</div>")
-    body = "".join([head, _top_line(exp), _budgets(exp), _rows(exp, links), _changes(exp, links), _timeline(exp)])
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc(title)}</title>'
-            f"<style>body{{margin:16px 24px;background:#fff}}{iteration_report.CSS}{_CSS}</style></head><body>"
-            f'<div class="dsr">{body}</div></body></html>\n')
+    """The standalone page (no script, no external resource): templates/experiment_page.html.j2."""
+    return markup.page(
+        "experiment_page.html.j2", title=f"experiment {exp.exp_id} - dynamo-deploy-suite", exp_id=exp.exp_id,
+        count=f"{len(exp.iterations)} iteration(s); as of the last ledger write {exp.as_of or chr(8211)}",
+        top=_top_line(exp), budgets=_budgets(exp), rows=[_row(it, links, exp.root) for it in exp.iterations],
+        changes=_changes(exp, links), timeline=_timeline(exp))
 
 
 def write(exp_root: Path, out: Path | None = None) -> Path:

@@ -20,9 +20,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-# What a copy of the checkout leaves out: environments, caches, reports, earlier builds.
-SKIP = shutil.ignore_patterns(".git", ".venv*", "reports", "build", "dist", "*.egg-info", "__pycache__",
-                              ".ruff_cache", ".mypy_cache", ".import_linter_cache")
+_CACHES = shutil.ignore_patterns(".git", ".venv*", "*.egg-info", "__pycache__", ".ruff_cache", ".mypy_cache",
+                                 ".import_linter_cache")
+
+
+def skip(directory: str, names: list[str]) -> set[str]:
+    """What a copy of the checkout leaves out: environments and caches anywhere; the reports and
+    earlier builds at its top only (``deploy_suite/reports`` is the pages' package)."""
+    top = {n for n in names if n in ("reports", "build", "dist")} if Path(directory) == REPO else set()
+    return set(_CACHES(directory, names)) | top
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +42,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
     checkout = root / "checkout"
     # symlinks=True: deploy_suite/plugins and deploy_suite/fixtures are links the build follows.
-    shutil.copytree(REPO, checkout, symlinks=True, ignore=SKIP)
+    shutil.copytree(REPO, checkout, symlinks=True, ignore=skip)
     built = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(root / "dist"), "."], checkout)
     assert built.returncode == 0, built.stderr[-3000:]
     (found,) = (root / "dist").glob("dynamo_deploy_suite-*.whl")
@@ -64,6 +70,10 @@ def test_the_wheel_holds_the_harness_and_no_offline_module(wheel: Path) -> None:
                    "deploy_suite/steps/__init__.py"):
         assert needed in names
     assert any(n.startswith("deploy_suite/record/schemas/") and n.endswith(".json") for n in names)
+    # The pages' templates and stylesheets, every one of the checkout's (docs/reports.md).
+    folder = "deploy_suite/reports/templates"
+    templates = {f"{folder}/{p.name}" for p in (REPO / folder).iterdir()}
+    assert templates and templates <= set(names), sorted(templates - set(names))
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "deploy_suite.commands" not in text and "[pytest11]" in text
@@ -72,8 +82,12 @@ def test_the_wheel_holds_the_harness_and_no_offline_module(wheel: Path) -> None:
 def test_the_harness_imports_in_a_clean_venv_and_cluster_says_how_to_install(clean_venv: Path) -> None:
     python = str(clean_venv / "bin" / "python")
     # -I: isolated, so neither the checkout nor the user's site-packages is on the path.
+    # The pages render there too: their templates are the wheel's package data, Jinja2 its dependency.
     probe = ("import importlib.util, deploy_suite, deploy_suite.plugins, deploy_suite.cli; "
-             "assert importlib.util.find_spec('deploy_suite_offline') is None; print(deploy_suite.__file__)")
+             "from deploy_suite.reports import iteration; "
+             "assert importlib.util.find_spec('deploy_suite_offline') is None; "
+             "assert '&lt;b&gt;' in iteration.render({'deploy_id': '<b>', 'status': 'ready'}); "
+             "print(deploy_suite.__file__)")
     imported = run([python, "-I", "-c", probe], clean_venv)
     assert imported.returncode == 0, imported.stderr
     assert imported.stdout.strip().startswith(str(clean_venv))
