@@ -33,7 +33,7 @@ import pytest
 
 from deploy_suite import steps as steps_package
 from deploy_suite.errors import InputError
-from deploy_suite.procedure.runstate import step_for_module
+from deploy_suite.procedure.registry import step_for_module
 from deploy_suite.procedure.settings import (
     OPTIONS,
     PYTEST,

@@ -10,7 +10,7 @@ copies under stable names. Every refusal is an ``InputError`` naming the input a
 The rules themselves live in their own modules: option values in ``deploy_suite.procedure.settings``, the
 workload schema in ``deploy_suite.model.workload``, what a manifest may hold in
 ``deploy_suite.model.manifests``, the deployment directory (lock, resume, copies, the previous
-deployment) in ``deploy_suite.procedure.workspace``; recording the result is ``deploy_suite.procedure.runstate``'s job.
+deployment) in ``deploy_suite.procedure.workspace``; recording the result is ``deploy_suite.procedure.context``'s job.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def recorded_uid(data: Mapping[str, Any] | None) -> str | None:
     return uid if isinstance(uid, str) and uid else None
 
 
-# The ledger's name of step 5, the step that creates a DGD (deploy_suite/procedure/runstate.py STEPS).
+# The ledger's name of step 5, the step that creates a DGD (deploy_suite/procedure/registry.py STEPS).
 APPLY_STEP = "step5_apply"
 
 
