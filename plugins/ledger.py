@@ -2,8 +2,8 @@
 
 Anatomy of pytest's own ``stepwise``/``junitxml`` plugins: ``pytest_configure`` builds the run's
 ``Lifecycle`` (``lifecycle.py``, stashed under ``RUN_KEY``; the steps receive only its
-``StepContext``) and registers ``LedgerPlugin`` and the steps' fixtures only when the run deploys.
-The plugin then
+``StepContext``) and registers ``LedgerPlugin`` and the steps' fixtures only when the run deploys,
+and never under pytest-xdist (``parallel_refusal``: one line, exit status 4). The plugin then
 
 * orders the collected step tests by the registry in ``deploy_suite.procedure.registry``;
 * skips a step with ``blocked by <step>: <reason>`` when an earlier one failed, blocked or did
@@ -48,10 +48,30 @@ def step_of(item: pytest.Item) -> str | None:
     return spec.name if spec else None
 
 
+def parallel_refusal(config: pytest.Config) -> str | None:
+    """Why this deployment may not run here, as one line, when pytest-xdist would spread it over
+    processes: the steps run one after another in one process, with one lifecycle and one ledger file
+    per iteration, which steps run in parallel would race on. pytest-xdist is read, not imported: its
+    controller's ``dist`` option (anything but ``no`` starts workers) and the ``workerinput`` it sets
+    on a worker's configuration."""
+    worker = getattr(config, "workerinput", None)
+    if isinstance(worker, dict):
+        where = f"in pytest-xdist worker {worker.get('workerid', '?')}"
+    elif getattr(config.option, "dist", "no") != "no":
+        where = f"under pytest-xdist (--dist {config.option.dist})"
+    else:
+        return None
+    return (f"a deployment cannot run {where}: its steps run in order in one process, and their one ledger "
+            "file per iteration would be raced on; fix: run it without -n/--dist")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None:
         return
+    refusal = parallel_refusal(config)
+    if refusal is not None:
+        raise pytest.UsageError(refusal)
     run = Lifecycle.create(settings)
 
     def to_terminal(line: str) -> None:
