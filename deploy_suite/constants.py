@@ -1,6 +1,6 @@
 """Names the real operator, the GPU stack and Kubernetes put on objects, in one place.
 
-Sources: ``CONTRIBUTING.md`` (where each rule lives) and the operator notes in ``README.md``. A
+Sources: ``CONTRIBUTING.md`` (where each rule lives) and docs/operator-generations.md. A
 leaf module: imports nothing of the project.
 """
 

@@ -1,6 +1,6 @@
 """Pending-pod and container-failure triage, from the words of whoever refused the pod.
 
-The rule (README.md, step 6 readiness): a Pending pod is triaged from its scheduler events, not
+The rule (docs/procedure.md, step 6 readiness): a Pending pod is triaged from its scheduler events, not
 from a free-GPU count, and each category has a different correct action (``ACTIONS``; the table,
 the speakers understood and the ``deploy-suite triage`` command are in docs/triage.md):
 
@@ -305,10 +305,10 @@ def triage_pending(pod: ObjView, events: Sequence[ObjView], nodes: Sequence[ObjV
 
 
 # A crash loop is final from the second restart: a container that restarted once may recover
-# (the rule of docs of step 6 in README.md; Dynamo's own deploy tests fail fast from the second).
+# (docs/procedure.md, "Step 6: slow starts, failures, teardown"; Dynamo's own deploy tests fail fast from the second).
 CRASH_LOOP_RESTARTS = 2
 # Image pull causes, from the kubelet's waiting message or its "Failed" pull events (containerd's
-# gRPC code tells them apart: see README.md, step 6).
+# gRPC code tells them apart: docs/procedure.md, step 6).
 _PULL_AUTH = re.compile(r"\b(401|403)\b|unauthori[sz]ed|denied|authentication required|authorization required|"
                         r"insufficient_scope|authorization failed|no basic auth credentials|failed to authorize",
                         re.IGNORECASE)

@@ -1,7 +1,7 @@
 """Step 1: judge the handed-off inputs, then create the deployment directory.
 
 Everything here is local file work; nothing talks to a cluster. The order is the integrity
-order README.md's step table gives: (1) the workload's SHA-256 is recomputed before anything in
+order docs/procedure.md's step table gives: (1) the workload's SHA-256 is recomputed before anything in
 it is read, (2) the DGD's SHA-256 is recomputed before any copy, (3) at iteration 0 the assigned
 DGD must be the workload's ``deployment.dgd_path`` / ``dgd_sha256``. Only then is
 ``<EXP_ROOT>/artifacts/deploy-iter-NNN/applied_manifests/`` created and filled with run-scoped

@@ -257,8 +257,8 @@ def _torn_down(pods_gone_at: str, terminating: list[Obj], deleted_by: str, looke
 
 def _refuse_unless_ours(live: Obj | None, owner: resume.Whose | None, found: ownership.Ownership,
                        prev: PreviousDeployment) -> None:
-    """Both guards of step 3, one message: the uid identity (README "Resume") and the field
-    manager (README "Ownership"), which a DGD its ledger names exactly passes whoever applied it
+    """Both guards of step 3, one message: the uid identity (docs/procedure.md, "Resume") and the field
+    manager (docs/procedure.md, "Ownership"), which a DGD its ledger names exactly passes whoever applied it
     (``recorded``). A live DGD is deleted only when it passes both; this iteration's own is never
     deleted, so only the uid decides it is kept (step 5 re-checks its field manager)."""
     reasons = []

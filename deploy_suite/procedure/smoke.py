@@ -2,7 +2,7 @@
 
 :func:`plan` decides what to test (the served model, whether the worker needs the direct-routing
 header, the endpoint); :func:`run` runs the three gates and returns a :class:`SmokeResult` that
-records itself in the ledger. The gates, as ``README.md`` lists them: reachability (any HTTP
+records itself in the ledger. The gates, as docs/procedure.md lists them (step 7, "Chat gate"): reachability (any HTTP
 answer from ``/v1/models``, bound 30 x 2 s), model listed (``/v1/models`` lists the served model,
 bound 30 x 10 s, body saved to ``smoke/models_body.json``) and chat (one fixed request, body
 saved to ``smoke/api_body.json``; success only if ``object == "chat.completion"``, ``choices`` is

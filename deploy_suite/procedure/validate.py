@@ -1,6 +1,6 @@
 """Step 2: read-only validation of the assigned DGD before anything is mutated.
 
-Checks run in the order of ``README.md`` (step 2), pinned to the workload's context through
+Checks run in the order of docs/procedure.md (step 2), pinned to the workload's context through
 :class:`Kube`: namespace, CRD gate, advisory storage-class and node reads, cluster-compatibility
 patches of the run-scoped copies, a server-side dry-run of every document, secrets (by name,
 metadata only), PVCs, storage classes, image tags (what the manifests name:
@@ -11,7 +11,7 @@ DGDs steps 3 and 5 would touch (``deploy_suite.judges.ownership``) and, last, th
 (``deploy_suite.record.budget``). Every failed gate becomes a blocker; ``Forbidden`` on an advisory
 cluster-scope read becomes a run limitation. Nothing here creates, updates or deletes a cluster
 object: the only writes are to the run-scoped copies under ``applied_manifests/`` (compatibility
-patches ``README.md`` allows, recorded with their reason).
+patches docs/procedure.md allows ("Compatibility patches"), recorded with their reason).
 
 :func:`preflight` is step 2 as a whole: it gathers the run's inputs (baseline DGD, the
 experiment's other live GPUs, the ``--storage-class`` override, what step 3 will retire), runs

@@ -2,7 +2,7 @@
 
 Pure functions of values read from the ledgers; no script, every string escaped. The timeline is a
 Gantt on one time axis: a lane per iteration holding its steps (started_at + duration_s) and,
-below them, the intervals its DGD held GPUs (``allocations``, README "Resume"; an open one ends at
+below them, the intervals its DGD held GPUs (``allocations``, docs/procedure.md, "Resume"; an open one ends at
 ``torn_down_at``, else it is drawn up to the experiment's last ledger write as still held). Where a
 later iteration retired a lane's DGD (step 3 wrote ``torn_down_at``) a marker names who retired it.
 """
@@ -41,7 +41,7 @@ class Lane:
     allocations: tuple[Span, ...]
     retired_at: _dt.datetime | None = None
     retired_by: str | None = None
-    # Step 6's hold decisions: pods waiting for GPUs others hold (README, step 6 "contention").
+    # Step 6's hold decisions: pods waiting for GPUs others hold (docs/procedure.md, step 6: contention).
     holds: tuple[_dt.datetime, ...] = ()
 
 
@@ -145,7 +145,7 @@ def timeline_svg(lanes: Sequence[Lane]) -> str:
             f'viewBox="0 0 {_WIDTH} {height}">{"".join(parts)}</svg>')
 
 
-# What each step's time is spent on, for the legend (README, the steps table).
+# What each step's time is spent on, for the legend (docs/procedure.md, the steps table).
 _MEANING = {"step2_validate": "checks, capacity", "step3_retire_previous": "retire the previous DGD",
             "step4_support_manifests": "model cache, download", "step5_apply": "apply",
             "step6_readiness": "waiting for capacity, loading", "step7_smoke": "smoke"}

@@ -270,7 +270,7 @@ def _box(label: str, css: str, items: list[str], when_empty: str = "") -> str:
 
 
 def _ownership(ledger: Mapping[str, Any]) -> str:
-    """Whose the DGD is (README, "Ownership"): the field manager step 5 applied it with."""
+    """Whose the DGD is (docs/procedure.md, "Ownership"): the field manager step 5 applied it with."""
     applied = ledger.get("applied_dgd")
     if not isinstance(applied, Mapping):
         return muted("not applied by this run")
@@ -282,7 +282,7 @@ def _ownership(ledger: Mapping[str, Any]) -> str:
 
 
 def _allocation(ledger: Mapping[str, Any]) -> str:
-    """The allocation intervals (README, "Resume") and their GPU-hours as of the ledger's last write."""
+    """The allocation intervals (docs/procedure.md, "Resume") and their GPU-hours as of the ledger's last write."""
     spans = resume.intervals(ledger)
     if not spans:
         return muted("no GPU pod bound yet")
