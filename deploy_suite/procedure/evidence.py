@@ -5,7 +5,8 @@ failures, teardown"): the DGD's status and conditions, the events of the DGD and
 first, bounded), and for each container that crash-loops, failed or waits on an error its last log
 lines (``--previous`` when it restarted: the crashed run's output, not the new one's), bounded and
 redacted of secret-looking values (:func:`deploy_suite.record.ledger.redact`). All of it goes into
-one file under ``logs/`` and an excerpt into the ledger's ``readiness.failure_evidence``. """
+one file under ``logs/`` and an excerpt into the ledger's ``readiness.failure_evidence``.
+"""
 
 from __future__ import annotations
 
