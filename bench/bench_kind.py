@@ -41,7 +41,7 @@ def node_memory_bytes(name: str) -> int:
 def host_rss_bytes(cluster: KindProvider) -> int:
     """The RSS of the provider's own processes on this machine (controllers, registry, relay) and their children."""
     total = 0
-    for pid in cluster._pids().values():
+    for pid in cluster.pids().values():
         try:
             proc = psutil.Process(pid)
             total += sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)])

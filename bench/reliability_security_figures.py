@@ -1,10 +1,10 @@
-"""The reliability and security figures (README.md's summary, docs/reliability.md, docs/security.md) in one command.
+"""The reliability and security figures (docs/reliability.md, docs/security.md) in one command.
 
     .venv/bin/python bench/reliability_security_figures.py      # or: make figures
 
 Runs ``bench/security_figures.py`` (bad-input corpus, secrets, decoy context) and
 ``bench/reliability_figures.py`` (faults injected and survived) one after the other, then prints
-the figures the README summarises as one JSON line and a table. Exit status is non-zero when
+those documents' figures as one JSON line and a table. Exit status is non-zero when
 either part failed or a figure that must be 0 is not.
 """
 

@@ -1,15 +1,18 @@
 """Names the real operator, the GPU stack and Kubernetes put on objects, in one place.
 
-Sources: ``CONTRIBUTING.md`` (where each rule lives) and the operator notes in ``README.md``. A
+Sources: ``CONTRIBUTING.md`` (where each rule lives) and docs/operator-generations.md. A
 leaf module: imports nothing of the project.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 # A Kubernetes object as the API serves it (JSON decoded): every layer passes these.
 Obj = dict[str, Any]
+# The same object where it is only read (the judges' verdicts take any mapping, never change it).
+ObjView = Mapping[str, Any]
 
 # The DynamoGraphDeployment API.
 DGD_GROUP = "nvidia.com"

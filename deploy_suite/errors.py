@@ -45,7 +45,7 @@ def cut(text: str, limit: int = MAX_BODY_CHARS) -> str:
 
 class PartialResult(Protocol):
     """A step's typed result as far as it got, carried by a stopping error and recorded in the
-    ledger before the step stops (``procedure.runstate.StepResult``; the ledger's type is not
+    ledger before the step stops (``procedure.context.StepResult``; the ledger's type is not
     named here: this module is a leaf)."""
 
     def record(self, ledger: Any, /) -> Mapping[str, Any]: ...

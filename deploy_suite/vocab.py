@@ -15,7 +15,7 @@ from enum import StrEnum
 
 
 class RunStatus(StrEnum):
-    """The ledger's ``status``: the run as a whole (``RunState.status``)."""
+    """The ledger's ``status``: the run as a whole (``deploy_suite.plugins.lifecycle.Lifecycle.status``)."""
 
     IN_PROGRESS = "in_progress"
     READY = "ready"

@@ -13,7 +13,9 @@ own ``pytest tests``, and any other pytest run in the same environment, is unaff
 
 =================  ===========================================================================
 ``options``        the command-line options, ``Settings``, report paths, which steps to collect
-``ledger``         orders and judges the steps, writes ``deployment_ledger.json``
+``ledger``         orders and judges the steps, writes ``deployment_ledger.json``; refuses pytest-xdist
+``lifecycle``      the run's lifecycle the ledger plugin drives; the steps see only its ``StepContext``
+``keys``           the stash keys the plugins share
 ``report``         the HTML report's summary and evidence, the terminal summary
 ``fixtures``       ``run``, ``settings``, ``kube``, ``namespace``, ``manifests``, ... for the steps
                    (registered by ``ledger`` in deployment runs only)

@@ -1,14 +1,15 @@
 """Drives the step lifecycle and writes ``deployment_ledger.json`` after every step.
 
-Anatomy of pytest's own ``stepwise``/``junitxml`` plugins: ``pytest_configure`` builds the
-``RunState`` (stashed under ``RUN_KEY``) and registers ``LedgerPlugin`` and the steps' fixtures
-only when the run deploys. The plugin then
+Anatomy of pytest's own ``stepwise``/``junitxml`` plugins: ``pytest_configure`` builds the run's
+``Lifecycle`` (``lifecycle.py``, stashed under ``RUN_KEY``; the steps receive only its
+``StepContext``) and registers ``LedgerPlugin`` and the steps' fixtures only when the run deploys,
+and never under pytest-xdist (``parallel_refusal``: one line, exit status 4). The plugin then
 
-* orders the collected step tests by the registry in ``deploy_suite.procedure.runstate``;
+* orders the collected step tests by the registry in ``deploy_suite.procedure.registry``;
 * skips a step with ``blocked by <step>: <reason>`` when an earlier one failed, blocked or did
   not run (the procedure's order is a safety order: nothing mutates before validation);
 * judges each step's outcome: ``InputError`` => ``blocked`` shown as one line (no traceback);
-  any other exception by one rule (``RunState.stop_step``, docs/procedure.md "Outcomes"): ``failed``
+  any other exception by one rule (``Lifecycle.stop_step``, docs/procedure.md "Outcomes"): ``failed``
   only for a failed attempt, the candidate's own failure, else ``blocked`` with its class;
 * writes the ledger when a step starts and ends and at session end (atomically, checked against
   its schema where a step ends, see ``deploy_suite.record.ledger``), and attaches the step's evidence to
@@ -30,10 +31,11 @@ import pytest
 from pytest_html import extras
 
 from deploy_suite.errors import InputError, LedgerError, StepBlocked, StepFailure
-from deploy_suite.procedure.runstate import STEP_NAMES, RunState, step_for_module
+from deploy_suite.procedure.registry import STEP_NAMES, step_for_module
 from deploy_suite.vocab import StepOutcome
 
 from .keys import LEDGER_ERROR_KEY, RUN_KEY, SETTINGS_KEY, STEP_KEY
+from .lifecycle import Lifecycle
 
 KILL_ENV = "DEPLOY_SUITE_TEST_KILL_AFTER"
 
@@ -46,11 +48,31 @@ def step_of(item: pytest.Item) -> str | None:
     return spec.name if spec else None
 
 
+def parallel_refusal(config: pytest.Config) -> str | None:
+    """Why this deployment may not run here, as one line, when pytest-xdist would spread it over
+    processes: the steps run one after another in one process, with one lifecycle and one ledger file
+    per iteration, which steps run in parallel would race on. pytest-xdist is read, not imported: its
+    controller's ``dist`` option (anything but ``no`` starts workers) and the ``workerinput`` it sets
+    on a worker's configuration."""
+    worker = getattr(config, "workerinput", None)
+    if isinstance(worker, dict):
+        where = f"in pytest-xdist worker {worker.get('workerid', '?')}"
+    elif getattr(config.option, "dist", "no") != "no":
+        where = f"under pytest-xdist (--dist {config.option.dist})"
+    else:
+        return None
+    return (f"a deployment cannot run {where}: its steps run in order in one process, and their one ledger "
+            "file per iteration would be raced on; fix: run it without -n/--dist")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None:
         return
-    run = RunState.create(settings)
+    refusal = parallel_refusal(config)
+    if refusal is not None:
+        raise pytest.UsageError(refusal)
+    run = Lifecycle.create(settings)
 
     def to_terminal(line: str) -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
@@ -62,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
         with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
             reporter.write_line(f"  ... {line}")
 
-    run.progress_sink = to_terminal
+    run.recorder.sink = to_terminal
     config.stash[RUN_KEY] = run
     config.pluginmanager.register(LedgerPlugin(run, config), "deploy-suite-ledger")
     # The steps' fixtures (`run`, `kube`, `namespace`, ...) exist in deployment runs only: every other
@@ -78,7 +100,7 @@ def _skip_reason(report: pytest.TestReport) -> str:
 
 
 class LedgerPlugin:
-    def __init__(self, run: RunState, config: pytest.Config) -> None:
+    def __init__(self, run: Lifecycle, config: pytest.Config) -> None:
         self.run = run
         self.config = config
         self._step_by_nodeid: dict[str, str] = {}

@@ -33,7 +33,7 @@ import pytest
 
 from deploy_suite import steps as steps_package
 from deploy_suite.errors import InputError
-from deploy_suite.procedure.runstate import step_for_module
+from deploy_suite.procedure.registry import step_for_module
 from deploy_suite.procedure.settings import (
     OPTIONS,
     PYTEST,
@@ -44,7 +44,7 @@ from deploy_suite.procedure.settings import (
 )
 from deploy_suite.record.experiment import experiment_id
 
-from .keys import REPORT_PATHS_KEY, SETTINGS_KEY
+from .keys import REPORT_PATHS_KEY, SETTINGS_KEY, STEP_IDS_KEY
 
 GROUP = "dynamo-deploy-suite"
 STEPS_DIR = Path(steps_package.__file__).resolve().parent
@@ -141,13 +141,33 @@ def _collect_installed_steps(config: pytest.Config) -> None:
     if config.args_source == pytest.Config.ArgsSource.ARGS:
         return
     config.args = [str(STEPS_DIR)]
-    if config.inipath is None or not STEPS_DIR.is_relative_to(config.rootpath):
-        # Test ids, JUnit class names and the paths pytest prints are rootdir-relative. A rootdir
-        # pytest derived from path arguments (no configuration file) is a common ancestor such as
-        # /tmp, which would name a step "ci.deploy_suite.steps..."; one that does not hold the steps
-        # would name files that do not exist. Rooted where the package lives, a step is
-        # "deploy_suite/steps/test_step1_inputs.py" from every directory.
-        config._rootpath = STEPS_DIR.parent.parent
+    # Test ids and JUnit class names are rootdir-relative. A rootdir pytest derived from path arguments
+    # (no configuration file) is a common ancestor such as /tmp, which would name a step
+    # "ci.deploy_suite.steps..."; one that does not hold the steps names a step by its file alone.
+    # pytest's rootdir is its own (decided before any plugin loads): the steps' collectors are given
+    # ids rooted where the package lives instead, "deploy_suite/steps/test_step1_inputs.py" from
+    # every directory.
+    config.stash[STEP_IDS_KEY] = config.inipath is None or not STEPS_DIR.is_relative_to(config.rootpath)
+
+
+def _step_id(config: pytest.Config, path: Path) -> str | None:
+    """The package-rooted id of the installed steps' directory or one of its modules, else ``None``."""
+    if not config.stash.get(STEP_IDS_KEY, False) or STEPS_DIR not in (path, path.parent):
+        return None
+    return path.relative_to(STEPS_DIR.parent.parent).as_posix()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    node_id = _step_id(parent.config, path)
+    # ``nodeid`` is a constructor argument of every pytest node (``Node.from_parent``).
+    return pytest.Package.from_parent(parent, path=path, nodeid=node_id) if node_id is not None else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    node_id = _step_id(parent.config, module_path)
+    return pytest.Module.from_parent(parent, path=module_path, nodeid=node_id) if node_id is not None else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

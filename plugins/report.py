@@ -25,13 +25,13 @@ import pytest
 from pytest_html import extras
 
 from deploy_suite.errors import SuiteError
-from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import ledger as ledger_mod
 from deploy_suite.reports import experiment as report_experiment
 from deploy_suite.reports import iteration as renderer
 from deploy_suite.vocab import RunStatus, StepOutcome
 
 from .keys import LEDGER_ERROR_KEY, REPORT_PATHS_KEY, RUN_KEY, STEP_KEY
+from .lifecycle import Lifecycle
 
 
 @pytest.hookimpl(trylast=True)  # after the ledger plugin created the run state
@@ -50,7 +50,7 @@ def _show(path: Path, base: Path) -> str:
 
 
 class ReportPlugin:
-    def __init__(self, run: RunState, config: pytest.Config) -> None:
+    def __init__(self, run: Lifecycle, config: pytest.Config) -> None:
         self.run = run
         self.config = config
         self.pages: list[tuple[str, Path | str]] = []  # (label, written page or why not)
@@ -64,13 +64,13 @@ class ReportPlugin:
             return
         try:
             page = report_experiment.iteration_page(path)
-            ledger_mod.atomic_write_text(page, renderer.render(self.run.document, self.run.rel(path),
+            ledger_mod.atomic_write_text(page, renderer.render(self.run.document, self.run.context.rel(path),
                                                                renderer.links_for(path, page.parent)))
             self.pages.append(("iteration page", page))
         except OSError as exc:
             self.pages.append(("iteration page", f"not written ({exc})"))
         try:
-            self.pages.append(("experiment page", report_experiment.write(self.run.exp_root)))
+            self.pages.append(("experiment page", report_experiment.write(self.run.context.exp_root)))
         except (OSError, SuiteError) as exc:
             self.pages.append(("experiment page", f"not written ({exc})"))
 
@@ -93,14 +93,14 @@ class ReportPlugin:
         html_path = self.config.stash.get(REPORT_PATHS_KEY, {}).get("html")
         if html_path is None:
             return renderer.Links(None)
-        rel = Path(os.path.relpath(self.run.exp_root, html_path.parent)).as_posix()
+        rel = Path(os.path.relpath(self.run.context.exp_root, html_path.parent)).as_posix()
         return renderer.Links("" if rel == "." else rel + "/")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str],
                                     session: pytest.Session) -> None:
         path = self.run.ledger_path
-        shown = self.run.rel(path) if path is not None else "not written (no deployment directory)"
+        shown = self.run.context.rel(path) if path is not None else "not written (no deployment directory)"
         prefix.append(renderer.report_html(self.run.document, shown, self._links()))
 
     # Registered after the ledger plugin, so this wrapper is the outer one: the ledger has recorded

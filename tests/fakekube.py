@@ -31,9 +31,8 @@ from kubernetes.client.exceptions import ApiException
 
 from deploy_suite import clock
 from deploy_suite.access.kube import CommandRecord, Kube, Resource
-from deploy_suite.constants import LABEL_DGD_NAME
+from deploy_suite.constants import LABEL_DGD_NAME, Obj
 
-Obj = dict[str, Any]
 SERVER = "https://fake-apiserver.invalid"
 # How long a held watch lets other threads play their scripts before time moves anyway.
 QUIESCENCE_LIMIT_S = 2.0

@@ -78,12 +78,6 @@ class CommandRecord:
     outcome: str  # "ok" or a short error
 
 
-def _outcome(exc: BaseException) -> str:
-    if isinstance(exc, KubeError):
-        return f"error {exc.status} {exc.reason}".strip()
-    return f"error {type(exc).__name__}"
-
-
 _BY_STATUS: dict[int, type[KubeError]] = {404: NotFound, 403: Forbidden, 409: Conflict, 422: Invalid, 400: Invalid}
 
 
@@ -272,7 +266,7 @@ class Kube:
             result = fn()
         except Exception as exc:  # translated right here, nowhere else
             err = translate(exc, what)
-            self._record(kind, args, _outcome(err))
+            self._record(kind, args, f"error {err.status} {err.reason}".strip())
             if err is exc:
                 raise
             raise err from exc
@@ -503,6 +497,15 @@ class Kube:
         out: Obj = self._call("mutate", args, f"create {res.plural}/{name}",
                               lambda: self._request("POST", res.path(ns), body=doc))
         return out
+
+    def create_token(self, service_account: str, namespace: str, seconds: int) -> str:
+        """``kubectl create token``: a token of the ServiceAccount (its TokenRequest subresource)."""
+        args = ["create", "token", service_account, "-n", namespace, f"--duration={seconds}s"]
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "spec": {"expirationSeconds": seconds}}
+        out: Obj = self._call("mutate", args, f"create token {service_account}", lambda: self._request(
+            "POST", KNOWN["ServiceAccount"].path(namespace, service_account, "token"), body=body))
+        return str(out["status"]["token"])
 
     def delete(self, kind: str | Resource, name: str, namespace: str | None = None,
                propagation: str = "Background", missing_ok: bool = True) -> bool:

@@ -79,8 +79,8 @@ KNOWN: dict[str, Resource] = {
 DGD = KNOWN[DGD_KIND]
 DCD = KNOWN["DynamoComponentDeployment"]
 # The operator's kinds whose version the server decides: newer operators store v1beta1 and may stop
-# serving v1alpha1 (README.md, step 2: "DGD API version"). The table's v1alpha1 is the fast path
-# until `Kube.resolve_versions` has asked the server.
+# serving v1alpha1 (docs/operator-generations.md, "Step 2 before anything is mutated"). The table's
+# v1alpha1 is the fast path until `Kube.resolve_versions` has asked the server.
 VERSIONED_KINDS = (DGD_KIND, DCD.kind)
 
 

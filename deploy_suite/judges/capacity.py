@@ -2,7 +2,7 @@
 
 Pure logic over plain dicts (``kubectl get nodes/pods -o json`` items) and the DGD model, so that
 preflight, the offline tests and the benchmark share one implementation; reading the cluster is
-``deploy_suite.access.kube``'s job. Rules (``README.md``, step 2):
+``deploy_suite.access.kube``'s job. Rules (docs/procedure.md, "Step 2: every resource a pod asks for"):
 
 * a pod bound to a node (``spec.nodeName``) and not ``Succeeded``/``Failed`` holds its full GPU
   request whatever its container state; a container's request is max(request, limit), init

@@ -25,8 +25,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
+from deploy_suite.constants import ObjView
 from deploy_suite.judges import triage
-from deploy_suite.judges.triage import Obj, Verdict
+from deploy_suite.judges.triage import Verdict
 from deploy_suite.judges.words import Words
 from deploy_suite.vocab import TriageCategory
 
@@ -84,7 +85,7 @@ def provisioning_failed(cause: str) -> Words:
     return Words(TriageCategory.UNKNOWN, STORAGE, "the provisioner failed for a cause no rule reads: it retries")
 
 
-def missing_class(events: Iterable[Obj]) -> str | None:
+def missing_class(events: Iterable[ObjView]) -> str | None:
     """The StorageClass a claim's ``ProvisioningFailed`` says does not exist, if one does."""
     for event in events:
         if event.get("reason") == "ProvisioningFailed":
@@ -94,11 +95,11 @@ def missing_class(events: Iterable[Obj]) -> str | None:
     return None
 
 
-def _phase(pvc: Obj | None) -> str:
+def _phase(pvc: ObjView | None) -> str:
     return str(((pvc or {}).get("status") or {}).get("phase") or "")
 
 
-def triage_claim(name: str, pvc: Obj | None, events: Sequence[Obj], recheck_s: float = 30.0) -> Verdict | None:
+def triage_claim(name: str, pvc: ObjView | None, events: Sequence[ObjView], recheck_s: float = 30.0) -> Verdict | None:
     """A claim not Bound, from its events: a final word of the provisioner or the PV controller
     since its last success decides; else a volume being made (or a first consumer awaited) is a
     wait; else the words no rule reads are shown (``unknown``). None when Bound or nothing was said."""
@@ -108,7 +109,7 @@ def triage_claim(name: str, pvc: Obj | None, events: Sequence[Obj], recheck_s: f
     if _phase(pvc) == "Lost":
         return Verdict(TriageCategory.PLATFORM, f"{subject} lost its volume (phase Lost): the PersistentVolume it "
                        "was bound to is gone; restore it or recreate the claim", [f"{subject}: phase Lost"])
-    said: dict[str, tuple[Obj, Words]] = {}  # the newest word of each reason since the last success
+    said: dict[str, tuple[ObjView, Words]] = {}  # the newest word of each reason since the last success
     for event in sorted(events, key=triage.event_time):
         words = judge_event(str(event.get("reason") or ""), str(event.get("message") or ""))
         if words is not None and words.category == TriageCategory.CLEARED:
@@ -122,13 +123,13 @@ def triage_claim(name: str, pvc: Obj | None, events: Sequence[Obj], recheck_s: f
     return final[-1] if final else triage.combine(reversed(verdicts))
 
 
-def claims_of(pod: Obj) -> list[str]:
+def claims_of(pod: ObjView) -> list[str]:
     """The claims a pod's volumes name."""
     return [str(v["persistentVolumeClaim"]["claimName"]) for v in (pod.get("spec") or {}).get("volumes") or []
             if isinstance(v, Mapping) and (v.get("persistentVolumeClaim") or {}).get("claimName")]
 
 
-def claim_wait(pod_verdict: Verdict, claims: Mapping[str, tuple[Obj | None, Sequence[Obj]]],
+def claim_wait(pod_verdict: Verdict, claims: Mapping[str, tuple[ObjView | None, Sequence[ObjView]]],
                recheck_s: float = 30.0) -> Verdict:
     """A pod the scheduler holds on its unbound claims (``pod has unbound immediate
     PersistentVolumeClaims``), judged by those claims (name -> the claim, its events): a claim's
@@ -170,7 +171,7 @@ _HOLDERS = re.compile(r"already used by pod\(s\) (?P<pods>.+?)(?: and \d+ pod\(s
                       re.IGNORECASE)
 
 
-def attach_wait(verdict: Verdict, pods: Iterable[Obj]) -> Verdict:
+def attach_wait(verdict: Verdict, pods: Iterable[ObjView]) -> Verdict:
     """A ``Multi-Attach`` verdict whose holders (named in the attach/detach controller's words) are
     all being deleted: the volume detaches once they are gone, a wait, not the manifest's."""
     text = " ".join(verdict.evidence)

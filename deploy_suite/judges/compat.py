@@ -13,15 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from deploy_suite.constants import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
+from deploy_suite.constants import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, ObjView
 from deploy_suite.judges import sku
 from deploy_suite.model.dgd import Dgd
 from deploy_suite.model.patches import Proposal, append_ops, escape, value_at
 from deploy_suite.model.scheduling import BLOCKING_TAINT_EFFECTS, Taint, quantity
-
-Obj = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -52,20 +49,20 @@ GPU_PRODUCT_LABELS: Mapping[str, str] = {
 }
 
 
-def _gpu_count(node: Obj, resource: str) -> int:
+def _gpu_count(node: ObjView, resource: str) -> int:
     raw = str(((node.get("status") or {}).get("allocatable") or {}).get(resource, "0"))
     return int(raw) if raw.isdigit() else 0
 
 
-def _labels(node: Obj) -> Mapping[str, str]:
+def _labels(node: ObjView) -> Mapping[str, str]:
     return (node.get("metadata") or {}).get("labels") or {}
 
 
-def _name(node: Obj) -> str:
+def _name(node: ObjView) -> str:
     return str((node.get("metadata") or {}).get("name"))
 
 
-def contract_nodes(nodes: Sequence[Obj], gpu_types: Sequence[str], resource: str) -> list[Obj]:
+def contract_nodes(nodes: Sequence[ObjView], gpu_types: Sequence[str], resource: str) -> list[ObjView]:
     """The nodes that hold the contract's GPUs: GPU nodes whose GFD product matches a type of
     ``hardware[].gpu_type`` (every GPU node when the contract names none)."""
     gpu_nodes = [n for n in nodes if _gpu_count(n, resource) > 0]
@@ -80,12 +77,12 @@ def _documented(taint: Taint) -> GpuTaint | None:
     return next((g for g in DOCUMENTED_GPU_TAINTS if g.key == taint.key and g.value in (None, taint.value)), None)
 
 
-def _taints(node: Obj) -> set[Taint]:
+def _taints(node: ObjView) -> set[Taint]:
     return {Taint(key=str(t.get("key", "")), value=str(t.get("value", "") or ""), effect=str(t.get("effect", "")))
             for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") in BLOCKING_TAINT_EFFECTS}
 
 
-def gpu_pool_tolerations(dgd: Dgd, doc: Obj, nodes: Sequence[Obj], gpu_types: Sequence[str],
+def gpu_pool_tolerations(dgd: Dgd, doc: ObjView, nodes: Sequence[ObjView], gpu_types: Sequence[str],
                          pointers: Mapping[str, str]) -> list[Proposal]:
     """An exact toleration (key, value, effect; never ``Exists``) for each documented GPU-pool taint
     that every node of the contract's GPU type carries, on each GPU component lacking it.
@@ -115,7 +112,7 @@ def gpu_pool_tolerations(dgd: Dgd, doc: Obj, nodes: Sequence[Obj], gpu_types: Se
     return out
 
 
-def retarget_gpu_selectors(dgd: Dgd, doc: Obj, nodes: Sequence[Obj], gpu_types: Sequence[str],
+def retarget_gpu_selectors(dgd: Dgd, doc: ObjView, nodes: Sequence[ObjView], gpu_types: Sequence[str],
                            pointers: Mapping[str, str]) -> list[Proposal]:
     """A GPU-product nodeSelector entry or required node-affinity ``In`` expression that matches no
     node, on a GPU component, retargeted to the value the nodes of the contract's GPU type carry
@@ -126,7 +123,7 @@ def retarget_gpu_selectors(dgd: Dgd, doc: Obj, nodes: Sequence[Obj], gpu_types: 
             continue
         pool = contract_nodes(nodes, gpu_types, comp.gpu_resource)
         spec = value_at(doc, pointers[comp.name]) or {}
-        ops: list[Obj] = []
+        ops: list[ObjView] = []
         changed: list[str] = []
         keys: set[str] = set()
         for key, value in sorted((spec.get("nodeSelector") or {}).items()):
@@ -159,7 +156,7 @@ def retarget_gpu_selectors(dgd: Dgd, doc: Obj, nodes: Sequence[Obj], gpu_types: 
     return out
 
 
-def _retarget(key: str, values: Sequence[str], nodes: Sequence[Obj], pool: Sequence[Obj]) -> str | None:
+def _retarget(key: str, values: Sequence[str], nodes: Sequence[ObjView], pool: Sequence[ObjView]) -> str | None:
     if key not in GPU_PRODUCT_LABELS or not pool:
         return None
     if any(_labels(n).get(key) in values for n in nodes):
@@ -170,7 +167,7 @@ def _retarget(key: str, values: Sequence[str], nodes: Sequence[Obj], pool: Seque
     return str(next(iter(carried)))
 
 
-def binds(claim: Obj, volume: Obj) -> bool:
+def binds(claim: ObjView, volume: ObjView) -> bool:
     """Whether the PV controller could bind ``claim`` (``storageClassName: ""``) to ``volume``: an
     Available volume without a class, reserved for no other claim, of the claim's volume name when it
     names one, its selector's labels, every access mode asked, the volume mode and at least the

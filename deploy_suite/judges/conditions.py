@@ -66,7 +66,7 @@ def stop(verdict: triage.Verdict) -> NoReturn:
 
 def blocked_by_platform(verdict: triage.Verdict) -> None:
     """A platform fault (webhook, device plugin, GPU runtime) blocks the step: it is not the
-    candidate's failure, so it is never a failed run charged to its budget (README.md, step 6)."""
+    candidate's failure, so it is never a failed run charged to its budget (docs/procedure.md, "Outcomes")."""
     if verdict.category == TriageCategory.PLATFORM:
         raise StepBlocked(BlockerClass.PLATFORM, f"{verdict.diagnosis}; evidence: {' | '.join(verdict.evidence)}",
                           "fix the cluster's platform component named here, then rerun")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from deploy_suite.constants import LABEL_JOB_NAME
+from deploy_suite.constants import LABEL_JOB_NAME, ObjView
 from deploy_suite.judges import signatures, triage, words
-from deploy_suite.judges.triage import Obj, Verdict
+from deploy_suite.judges.triage import Verdict
 from deploy_suite.vocab import TriageCategory
 
 Logs = Mapping[str, Sequence[str]]  # a pod's containers' last log lines, by container name ("" = any)
@@ -22,15 +22,15 @@ Logs = Mapping[str, Sequence[str]]  # a pod's containers' last log lines, by con
 _JOB_LABELS = (LABEL_JOB_NAME, "batch.kubernetes.io/job-name")
 
 
-def failed(job: Obj) -> Obj | None:
+def failed(job: ObjView) -> ObjView | None:
     """The Job's ``Failed=True`` condition (``FailureTarget`` before the controller ends it)."""
     return next((c for c in (job.get("status") or {}).get("conditions") or []
                  if c.get("type") in {"Failed", "FailureTarget"} and c.get("status") == "True"), None)
 
 
-def pods_of(name: str, pods: Sequence[Obj]) -> list[Obj]:
+def pods_of(name: str, pods: Sequence[ObjView]) -> list[ObjView]:
     """The Job's pods (its label or its owner reference), newest first."""
-    def owned(pod: Obj) -> bool:
+    def owned(pod: ObjView) -> bool:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
         return any(labels.get(k) == name for k in _JOB_LABELS) or any(
@@ -39,12 +39,12 @@ def pods_of(name: str, pods: Sequence[Obj]) -> list[Obj]:
                   reverse=True)
 
 
-def _statuses(pod: Obj) -> list[Obj]:
+def _statuses(pod: ObjView) -> list[ObjView]:
     status = pod.get("status") or {}
     return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
 
 
-def pod_cause(pod_name: str, pod: Obj | None, logs: Logs) -> Verdict | None:
+def pod_cause(pod_name: str, pod: ObjView | None, logs: Logs) -> Verdict | None:
     """Why one of the Job's pods failed: a signature in a container's words (decided at once, the
     Job being over), else the kubelet's reason for evicting or refusing it."""
     subject = f"pod {pod_name}"
@@ -70,7 +70,7 @@ def pod_cause(pod_name: str, pod: Obj | None, logs: Logs) -> Verdict | None:
     return None
 
 
-def triage_job(name: str, job: Obj | None, pods: Sequence[Obj] = (), logs: Mapping[str, Logs] | None = None,
+def triage_job(name: str, job: ObjView | None, pods: Sequence[ObjView] = (), logs: Mapping[str, Logs] | None = None,
                recheck_s: float = 30.0) -> Verdict | None:
     """A failed Job named by its pods' words (``pods``: any pods, the Job's are picked; ``logs``:
     saved logs by pod name, a pod named ``<job>-...`` counted as the Job's). None when the Job

@@ -5,13 +5,14 @@ ask (docs/triage.md). Pure: a Node in, a verdict out."""
 
 from __future__ import annotations
 
-from deploy_suite.judges.triage import Obj, Verdict
+from deploy_suite.constants import ObjView
+from deploy_suite.judges.triage import Verdict
 from deploy_suite.vocab import TriageCategory
 
 PRESSURE = ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
 
 
-def triage_node(node: Obj) -> Verdict | None:
+def triage_node(node: ObjView) -> Verdict | None:
     """``platform`` for a node under pressure or not Ready (each condition's reason and message as
     evidence); None for a healthy node or one that posts no conditions."""
     name = str((node.get("metadata") or {}).get("name"))

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from deploy_suite.constants import ObjView
 from deploy_suite.judges import claims, jobs, operator_status, shape, signatures, statuses, triage, words
 from deploy_suite.judges import nodes as node_judge
-from deploy_suite.judges.triage import Obj, Verdict
+from deploy_suite.judges.triage import Verdict
 from deploy_suite.vocab import TriageCategory
 
 # Conditions that say something is wrong when False, and those that say so when True.
@@ -49,7 +50,7 @@ class Finding:
                                                                          self.checked)}
 
 
-def normalized(event: Obj) -> dict[str, Any]:
+def normalized(event: ObjView) -> dict[str, Any]:
     """An event of either API (core/v1 ``involvedObject``/``message``, events.k8s.io/v1
     ``regarding``/``note``) in the core/v1 shape the triage reads."""
     out = dict(event)
@@ -61,13 +62,13 @@ def normalized(event: Obj) -> dict[str, Any]:
     return out
 
 
-def _pull_messages(events: Sequence[Obj]) -> list[str]:
+def _pull_messages(events: Sequence[ObjView]) -> list[str]:
     ordered = sorted(enumerate(events), key=lambda p: (triage.event_time(p[1]), p[0]))
     return [str(e.get("message")) for _, e in ordered if e.get("reason") in {"Failed", "BackOff", "ErrImagePull"}
             and words.is_pull_failure(str(e.get("message") or ""))]
 
 
-def _done(pod: Obj) -> bool:
+def _done(pod: ObjView) -> bool:
     status = pod.get("status") or {}
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     return status.get("phase") == "Succeeded" or (status.get("phase") == "Running" and ready)
@@ -76,7 +77,7 @@ def _done(pod: Obj) -> bool:
 Logs = Mapping[str, Sequence[str]]  # a pod's containers' last log lines, by container name ("" = any)
 
 
-def _logs_of(pod: Obj, logs: Logs) -> dict[str, Sequence[str]]:
+def _logs_of(pod: ObjView, logs: Logs) -> dict[str, Sequence[str]]:
     """Each container's lines; a log saved for the pod as a whole serves each of its containers."""
     status = pod.get("status") or {}
     names = [str(c.get("name")) for c in [*(status.get("initContainerStatuses") or []),
@@ -95,14 +96,14 @@ def triage_logs(subject: str, logs: Logs) -> Verdict | None:
     return None
 
 
-def _lost(pod: Obj) -> Obj | None:
+def _lost(pod: ObjView) -> ObjView | None:
     """The first container the kubelet lost (its state ``terminated`` as ``ContainerStatusUnknown``)."""
     status = pod.get("status") or {}
     return next((cs for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
                  if ((cs.get("state") or {}).get("terminated") or {}).get("reason") == words.LOST_CONTAINER), None)
 
 
-def triage_rejected(pod: Obj, subject: str) -> Verdict | None:
+def triage_rejected(pod: ObjView, subject: str) -> Verdict | None:
     """A pod ``Failed`` before it ran: the kubelet's admission (``OutOf<resource>``,
     ``UnexpectedAdmissionError``, ``NodeAffinity``) or an eviction, judged by its reason; a pod
     whose container the kubelet lost (``ContainerStatusUnknown``, exit 137 with no OOM kill) by
@@ -123,7 +124,7 @@ def triage_rejected(pod: Obj, subject: str) -> Verdict | None:
     return triage.from_words(subject, f"status {reason}", message, said)
 
 
-def _last_errors(subject: str, obj: Obj, recheck_s: float) -> list[Verdict]:
+def _last_errors(subject: str, obj: ObjView, recheck_s: float) -> list[Verdict]:
     """Grove's ``status.lastErrors`` (PodCliqueSet, PodClique, PodCliqueScalingGroup: code and
     description of the last reconcile errors), judged by the words they relay."""
     found = []
@@ -135,7 +136,7 @@ def _last_errors(subject: str, obj: Obj, recheck_s: float) -> list[Verdict]:
     return found
 
 
-def triage_pod(pod: Obj | None, name: str, events: Sequence[Obj], nodes: Sequence[Obj] | None = None,
+def triage_pod(pod: ObjView | None, name: str, events: Sequence[ObjView], nodes: Sequence[ObjView] | None = None,
                *, recheck_s: float = 30.0, logs: Logs | None = None) -> Verdict | None:
     """A pod from its status (when given) and its events: containers (:func:`triage.triage_containers`,
     pulls judged with the pull events), scheduling while unbound (:func:`triage.triage_pending`),
@@ -165,7 +166,7 @@ def triage_pod(pod: Obj | None, name: str, events: Sequence[Obj], nodes: Sequenc
     return triage.combine(found)
 
 
-def _condition_verdicts(subject: str, kind: str, obj: Obj, recheck_s: float) -> list[Verdict]:
+def _condition_verdicts(subject: str, kind: str, obj: ObjView, recheck_s: float) -> list[Verdict]:
     status = obj.get("status") or {}
     found = []
     conditions = [*(status.get("conditions") or []), *(status.get("schedulingConditions") or [])]
@@ -207,7 +208,7 @@ def _condition_verdicts(subject: str, kind: str, obj: Obj, recheck_s: float) -> 
     return found
 
 
-def triage_object(kind: str, name: str, obj: Obj | None, events: Sequence[Obj],
+def triage_object(kind: str, name: str, obj: ObjView | None, events: Sequence[ObjView],
                   recheck_s: float = 30.0) -> Verdict | None:
     """Any object but a pod, from its events and status conditions (``FailedCreate``, DCD
     ``Available=False``, PodGroup ``PodSchedulingErrors``/``Unschedulable``, Workload
@@ -223,20 +224,20 @@ def triage_object(kind: str, name: str, obj: Obj | None, events: Sequence[Obj],
 Key = tuple[str, str, str]
 
 
-def _key(obj: Obj, kind: str | None = None) -> Key:
+def _key(obj: ObjView, kind: str | None = None) -> Key:
     meta = obj.get("metadata") or {}
     return (str(kind or obj.get("kind") or ""), str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
-def triage_all(events: Iterable[Obj], objects: Iterable[Obj] = (), nodes: Sequence[Obj] | None = None,
+def triage_all(events: Iterable[ObjView], objects: Iterable[ObjView] = (), nodes: Sequence[ObjView] | None = None,
                recheck_s: float = 30.0, logs: Mapping[str, Logs] | None = None) -> list[Finding]:
     """A finding for each object the events involve or ``objects`` holds (pods, DCDs, ReplicaSets,
     PodGroups, Workloads, ...) that has a verdict, in the order first met. ``nodes`` (or the Node
     objects among ``objects``) let pods be judged against them: oversized requests, the taints
     not tolerated, a GPU device plugin that advertises nothing. ``logs``: saved container logs by
     pod name (then container name), judged by their failure signatures."""
-    found: dict[Key, Obj] = {}
-    told: dict[Key, list[Obj]] = {}
+    found: dict[Key, ObjView] = {}
+    told: dict[Key, list[ObjView]] = {}
     order: list[Key] = []
     listed_nodes = []
     for obj in objects:
@@ -283,12 +284,12 @@ class Seen:
     """What ``triage_all`` was handed, by object: each object's verdict reads what it needs of the
     others (a Job its pods and their logs, a pod its claims, a Multi-Attach its volume's holders)."""
 
-    found: dict[Key, Obj]
-    told: dict[Key, list[Obj]]
+    found: dict[Key, ObjView]
+    told: dict[Key, list[ObjView]]
     logs: Mapping[str, Logs]
-    nodes: Sequence[Obj] | None
+    nodes: Sequence[ObjView] | None
 
-    def _of_kind(self, kind: str) -> list[Obj]:
+    def _of_kind(self, kind: str) -> list[ObjView]:
         return [o for k, o in self.found.items() if k[0] == kind]
 
     def verdict(self, key: Key, recheck_s: float) -> Verdict | None:

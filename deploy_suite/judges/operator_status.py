@@ -21,12 +21,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from deploy_suite.clock import parse_iso
+from deploy_suite.constants import ObjView
 from deploy_suite.vocab import TriageCategory
-
-Obj = Mapping[str, Any]
 
 # Reconcile errors that no later reconcile can clear, by what fixes them (docs/operator-generations.md).
 # ``platform``: the cluster lacks what the candidate needs; ``dependency``: an object to create;
@@ -51,11 +49,11 @@ TRANSIENT_ERRORS = re.compile(
     re.I)
 
 
-def ready_condition(status: Obj) -> Obj:
+def ready_condition(status: ObjView) -> ObjView:
     return next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
 
 
-def error_text(status: Obj) -> str:
+def error_text(status: ObjView) -> str:
     """The reconcile error as the operator wrote it: the Ready condition's message, else its reason."""
     cond = ready_condition(status)
     return str(cond.get("message") or cond.get("reason") or status.get("message") or "no message")
@@ -66,7 +64,7 @@ def permanent_error(text: str) -> TriageCategory | None:
     return next((category for pattern, category in PERMANENT_ERRORS if pattern.search(text)), None)
 
 
-def apply_time(obj: Obj, field_manager: str | None) -> str | None:
+def apply_time(obj: ObjView, field_manager: str | None) -> str | None:
     """When ``field_manager`` last server-side-applied ``obj`` (the API server's clock)."""
     if not field_manager:
         return None
@@ -84,7 +82,7 @@ class Generation:
     rule: str  # observedGeneration | never-updated | ready-after-apply | stale
 
 
-def generation(obj: Obj, field_manager: str | None) -> Generation:
+def generation(obj: ObjView, field_manager: str | None) -> Generation:
     """Does the status describe the spec of ``obj`` (see the module's docstring)?"""
     meta, status = obj.get("metadata") or {}, obj.get("status") or {}
     gen = meta.get("generation")
@@ -118,7 +116,7 @@ NOT_READY_REASONS: dict[str, str] = {
 }
 
 
-def not_ready_reason(status: Obj) -> str | None:
+def not_ready_reason(status: ObjView) -> str | None:
     """What the Ready condition's reason says while the DGD is not ready (None: Ready, or a reason
     no generation gives here: its text is shown as it is)."""
     cond = ready_condition(status)
@@ -127,7 +125,7 @@ def not_ready_reason(status: Obj) -> str | None:
     return NOT_READY_REASONS.get(str(cond.get("reason") or ""))
 
 
-def checkpoint_gate(status: Obj) -> str | None:
+def checkpoint_gate(status: ObjView) -> str | None:
     """The operator's message while a checkpoint gate holds replicas at zero (``Waiting for
     checkpoints: <component> (<checkpoint>)``); None otherwise."""
     cond = ready_condition(status)
@@ -136,7 +134,7 @@ def checkpoint_gate(status: Obj) -> str | None:
     return str(cond.get("message") or CHECKPOINT_GATE)
 
 
-def unscheduled(status: Obj) -> list[str]:
+def unscheduled(status: ObjView) -> list[str]:
     """Components whose ``scheduledReplicas`` (current operators, Grove path) is below their
     ``replicas``: ``decode scheduled 1/2``."""
     out = []

@@ -12,14 +12,11 @@ what each means is in docs/triage.md. Pure: plain JSON dicts in, :class:`words.W
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
+from deploy_suite.constants import ObjView
 from deploy_suite.judges import words
 from deploy_suite.judges.words import Words
 from deploy_suite.vocab import TriageCategory
-
-Obj = Mapping[str, Any]
 
 GROVE_KINDS = frozenset({"PodCliqueSet", "PodClique", "PodCliqueScalingGroup", "PodGang"})
 # Conditions that count pods or replicas and name no cause: the pods' own words say why.
@@ -47,7 +44,7 @@ _GROVE_ERROR = re.compile(r"\[Operation: [^,\]]*, Code: [^\]]*\] message: (?P<me
                           re.DOTALL)
 
 
-def judge_condition(kind: str, cond: Obj) -> tuple[bool, Words | None]:
+def judge_condition(kind: str, cond: ObjView) -> tuple[bool, Words | None]:
     """``(known, words)``: whether this kind's condition is one this module reads, and its verdict
     (None: no cause of its own, or nothing wrong). Unknown conditions are left to the generic rules."""
     type_, status = str(cond.get("type") or ""), str(cond.get("status") or "")

@@ -1,6 +1,6 @@
 """Pending-pod and container-failure triage, from the words of whoever refused the pod.
 
-The rule (README.md, step 6 readiness): a Pending pod is triaged from its scheduler events, not
+The rule (docs/procedure.md, step 6 readiness): a Pending pod is triaged from its scheduler events, not
 from a free-GPU count, and each category has a different correct action (``ACTIONS``; the table,
 the speakers understood and the ``deploy-suite triage`` command are in docs/triage.md):
 
@@ -31,13 +31,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploy_suite.constants import GPU_RESOURCE
+from deploy_suite.constants import GPU_RESOURCE, ObjView
 from deploy_suite.judges import signatures, words
 from deploy_suite.judges.words import ACTIONS, Words
 from deploy_suite.model.scheduling import Taint, Toleration, pod_gpus, pod_request, quantity
 from deploy_suite.vocab import Action, TriageCategory
-
-Obj = Mapping[str, Any]
 
 
 @dataclass
@@ -108,7 +106,7 @@ def combine(verdicts: Iterable[Verdict | None]) -> Verdict | None:
                    list(dict.fromkeys([*best.ruled_out, *outranked])))
 
 
-def event_time(event: Obj) -> str:
+def event_time(event: ObjView) -> str:
     """When an event last happened, to the second (the fields differ by API version and age)."""
     meta = event.get("metadata") or {}
     stamps = [event.get("lastTimestamp"), event.get("eventTime"), (event.get("series") or {}).get("lastObservedTime"),
@@ -116,10 +114,10 @@ def event_time(event: Obj) -> str:
     return max((str(s)[:19] for s in stamps if s), default="")
 
 
-def heard(events: Sequence[Obj]) -> list[tuple[Obj, Words]]:
+def heard(events: Sequence[ObjView]) -> list[tuple[ObjView, Words]]:
     """The newest judged word of each speaker (the kubelet: of each reason), oldest first. A
     speaker whose newest word clears its problem (``Scheduled``) is left out."""
-    newest: dict[str, tuple[str, int, Obj, Words]] = {}
+    newest: dict[str, tuple[str, int, ObjView, Words]] = {}
     for order, event in enumerate(events):
         count = str(event.get("count") or (event.get("series") or {}).get("count") or 1)
         said = words.judge(str(event.get("reason") or ""), str(event.get("message") or ""),
@@ -134,16 +132,16 @@ def heard(events: Sequence[Obj]) -> list[tuple[Obj, Words]]:
             if w.category != TriageCategory.CLEARED]
 
 
-def _pod_gpus(pod: Obj) -> int:
+def _pod_gpus(pod: ObjView) -> int:
     return pod_gpus(pod.get("spec") or {}, GPU_RESOURCE) or 0
 
 
-def _tolerations(pod: Obj) -> list[Toleration]:
+def _tolerations(pod: ObjView) -> list[Toleration]:
     return [Toleration(key=t.get("key", ""), operator=t.get("operator", "Equal"), value=t.get("value", ""),
                        effect=t.get("effect", "")) for t in (pod.get("spec") or {}).get("tolerations") or []]
 
 
-def untolerated_taints(pod: Obj, nodes: Iterable[Obj]) -> dict[str, list[str]]:
+def untolerated_taints(pod: ObjView, nodes: Iterable[ObjView]) -> dict[str, list[str]]:
     """Which NoSchedule/NoExecute taints of each node the pod does not tolerate (the scheduler of
     Kubernetes >= 1.33 no longer names them in its event)."""
     tolerations = _tolerations(pod)
@@ -158,27 +156,27 @@ def untolerated_taints(pod: Obj, nodes: Iterable[Obj]) -> dict[str, list[str]]:
     return found
 
 
-def _selector_fits(pod: Obj, node: Obj) -> bool:
+def _selector_fits(pod: ObjView, node: ObjView) -> bool:
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     labels = (node.get("metadata") or {}).get("labels") or {}
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def _allocatable_gpus(node: Obj) -> int:
+def _allocatable_gpus(node: ObjView) -> int:
     raw = str(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0))
     return int(raw) if raw.isdigit() else 0
 
 
-def _gpu_labelled(node: Obj) -> bool:
+def _gpu_labelled(node: ObjView) -> bool:
     """GPU Feature Discovery labelled the node (``nvidia.com/gpu.product`` ...): it has GPUs."""
     return any(k.startswith(f"{GPU_RESOURCE}.") for k in ((node.get("metadata") or {}).get("labels") or {}))
 
 
-def _node_names(nodes: Iterable[Obj]) -> str:
+def _node_names(nodes: Iterable[ObjView]) -> str:
     return ", ".join(str((n.get("metadata") or {}).get("name")) for n in nodes)
 
 
-def _short_of_gpus(pod: Obj, name: str, nodes: Sequence[Obj], evidence: list[str]) -> Verdict | None:
+def _short_of_gpus(pod: ObjView, name: str, nodes: Sequence[ObjView], evidence: list[str]) -> Verdict | None:
     """"Insufficient nvidia.com/gpu" read against the nodes: no node advertises a GPU (the device
     plugin is absent: platform), the eligible GPU nodes advertise none (the plugin is broken there:
     platform), or no eligible node could ever hold the request (a failed attempt)."""
@@ -204,7 +202,7 @@ def _short_of_gpus(pod: Obj, name: str, nodes: Sequence[Obj], evidence: list[str
                    f"{biggest} allocatable: it can never schedule as written", evidence, decisive=True)
 
 
-def _beyond_every_node(pod: Obj, name: str, resources: Iterable[str], nodes: Sequence[Obj],
+def _beyond_every_node(pod: ObjView, name: str, resources: Iterable[str], nodes: Sequence[ObjView],
                        evidence: list[str]) -> Verdict | None:
     """"Insufficient cpu/memory/..." where the request is more than any eligible node's allocatable:
     no freed capacity can ever make room (a failed attempt, not contention)."""
@@ -220,7 +218,7 @@ def _beyond_every_node(pod: Obj, name: str, resources: Iterable[str], nodes: Seq
     return None
 
 
-def _scheduler_verdict(pod: Obj, name: str, reason: str, message: str, said: Words, nodes: Sequence[Obj] | None,
+def _scheduler_verdict(pod: ObjView, name: str, reason: str, message: str, said: Words, nodes: Sequence[ObjView] | None,
                        recheck_s: float) -> Verdict:
     """A scheduler's words on ``pod``, with what the pod and the nodes add."""
     if said.speaker not in {words.SCHEDULER, words.GANG_SCHEDULER}:
@@ -250,7 +248,7 @@ def _scheduler_verdict(pod: Obj, name: str, reason: str, message: str, said: Wor
     return from_words(f"pod {name}", reason, message, said, recheck_s)
 
 
-def _contention(pod: Obj, name: str, head: str, said: Words, nodes: Sequence[Obj] | None, evidence: list[str],
+def _contention(pod: ObjView, name: str, head: str, said: Words, nodes: Sequence[ObjView] | None, evidence: list[str],
                 recheck_s: float) -> Verdict:
     """The scheduler says nodes are short: contention, unless the nodes show the pod never fits."""
     if nodes is not None:
@@ -283,7 +281,7 @@ def _unverified_contention(name: str, head: str, said: Words, evidence: list[str
 _SCHEDULING = {words.SCHEDULER, words.GANG_SCHEDULER, words.AUTOSCALER, words.PROVISIONER, words.QUEUE}
 
 
-def triage_pending(pod: Obj, events: Sequence[Obj], nodes: Sequence[Obj] | None = None,
+def triage_pending(pod: ObjView, events: Sequence[ObjView], nodes: Sequence[ObjView] | None = None,
                    contention_recheck_s: float = 30.0) -> Verdict | None:
     """Classify a Pending pod from the words of its schedulers (the newest word of each speaker:
     scheduler, gang scheduler, autoscaler, provisioner, queue), combined (:func:`combine`).
@@ -307,10 +305,10 @@ def triage_pending(pod: Obj, events: Sequence[Obj], nodes: Sequence[Obj] | None 
 
 
 # A crash loop is final from the second restart: a container that restarted once may recover
-# (the rule of docs of step 6 in README.md; Dynamo's own deploy tests fail fast from the second).
+# (docs/procedure.md, "Step 6: slow starts, failures, teardown"; Dynamo's own deploy tests fail fast from the second).
 CRASH_LOOP_RESTARTS = 2
 # Image pull causes, from the kubelet's waiting message or its "Failed" pull events (containerd's
-# gRPC code tells them apart: see README.md, step 6).
+# gRPC code tells them apart: docs/procedure.md, step 6).
 _PULL_AUTH = re.compile(r"\b(401|403)\b|unauthori[sz]ed|denied|authentication required|authorization required|"
                         r"insufficient_scope|authorization failed|no basic auth credentials|failed to authorize",
                         re.IGNORECASE)
@@ -322,7 +320,7 @@ IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff")
 _FINAL_REASONS = ("InvalidImageName", "CreateContainerError", "RunContainerError")
 
 
-def last_terminated(cs: Obj) -> str:
+def last_terminated(cs: ObjView) -> str:
     """The container's last termination as a person reads it: reason and exit code (``OOMKilled``, 137)."""
     last = (cs.get("lastState") or {}).get("terminated") or (cs.get("state") or {}).get("terminated") or {}
     if not last:
@@ -352,7 +350,7 @@ def _pull_verdict(container: str, reason: str, message: str, causes: Sequence[st
                    f"the pull; {message}", evidence, can_wait=True)
 
 
-def from_signature(container: str, cs: Obj, lines: Sequence[str], restarts: int) -> Verdict | None:
+def from_signature(container: str, cs: ObjView, lines: Sequence[str], restarts: int) -> Verdict | None:
     """A terminated container judged by its own words (:mod:`deploy_suite.judges.signatures`): a
     decisive signature at the first termination, a transient one once the crash loop persists."""
     ended = signatures.termination(cs)
@@ -370,7 +368,7 @@ def from_signature(container: str, cs: Obj, lines: Sequence[str], restarts: int)
                    decisive=True, fix=sig.fix)
 
 
-def triage_containers(pod: Obj, pull_causes: Sequence[str] = (),
+def triage_containers(pod: ObjView, pull_causes: Sequence[str] = (),
                       logs: Mapping[str, Sequence[str]] | None = None) -> Verdict | None:
     """A container's waiting state, judged by whether waiting can help.
 
@@ -440,7 +438,7 @@ def triage_pull_events(subject: str, messages: Sequence[str]) -> Verdict | None:
 _NODE_DOWN_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 
 
-def node_lost(pod: Obj, node: Obj | None) -> Verdict | None:
+def node_lost(pod: ObjView, node: ObjView | None) -> Verdict | None:
     """The node a bound, not-ready pod runs on, when that node is down: a ``platform`` verdict.
 
     A node whose Ready condition is not ``True`` (``Unknown`` once the kubelet stops posting status:

@@ -1,7 +1,7 @@
 """What the cluster's components say about a pod or a workload object, judged from their words alone.
 
-Step 6 of README.md triages a pod that does not become ready from the words of whoever refused it,
-and each speaker has its own wording: kube-scheduler (old and new), KAI and its binder, Volcano,
+Step 6 (docs/procedure.md; docs/triage.md) triages a pod that does not become ready from the words
+of whoever refused it, and each speaker has its own wording: kube-scheduler (old and new), KAI and its binder, Volcano,
 Kueue, the ResourceQuota and admission plugins (``FailedCreate`` on ReplicaSets and the like), the
 refusals Grove and LWS relay, the operator, cluster-autoscaler, Karpenter and the kubelet. Each is
 read by its structure (the reason, then the cause clause after a controller's wrapper), never by
@@ -345,7 +345,7 @@ def judge_kubelet(reason: str, message: str, count: int = 1) -> Words | None:
     if _CONFIG.search(message):
         return Words(TriageCategory.DEPENDENCY, KUBELET, "a referenced Secret, ConfigMap or key is missing")
     if reason == "BackOff" and "restarting failed container" in message:
-        # The first restart may recover (README.md, step 6): final only once it repeats.
+        # The first restart may recover (docs/procedure.md, step 6): final only once it repeats.
         return Words(TriageCategory.CRASH, KUBELET, "crash loop", decisive=True) if count >= 2 else None
     if reason == "Evicted" and _OWN_LIMIT.search(message):
         return Words(TriageCategory.CRASH, KUBELET, "evicted for exceeding its own ephemeral-storage limit (the "

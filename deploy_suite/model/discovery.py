@@ -11,11 +11,8 @@ instance id") gives the sources. Pure: objects in, ids out.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-from deploy_suite.constants import LABEL_COMPONENT_TYPE
-
-Obj = dict[str, Any]
+from deploy_suite.constants import LABEL_COMPONENT_TYPE, Obj
 
 KIND = "DynamoWorkerMetadata"
 PLURAL = "dynamoworkermetadatas"

@@ -1,7 +1,7 @@
 """The knob table: what each name in ``resources.pinned`` means as fields of a DGD.
 
-A pinned knob must keep its value between the baseline DGD and the candidate (``README.md``,
-step 2: ``resources.pinned``). Each knob is one row here: the documentation a reviewer reads and
+A pinned knob must keep its value between the baseline DGD and the candidate (docs/procedure.md,
+"Pinned knobs"). Each knob is one row here: the documentation a reviewer reads and
 the function that reads its value from a :class:`~deploy_suite.model.dgd.Dgd`. A pinned name missing
 from the table cannot be compared: it is recorded as a limitation of the run, never a blocker
 (:func:`unknown_knobs`; the contract leaves the knob names open, docs/procedure.md, "Pinned knobs").

@@ -2,10 +2,9 @@
 
 The assigned DGD file must hold exactly one DynamoGraphDeployment (plus the namespaced objects it
 needs); support manifests hold only the kinds their step runs; nothing may create Secrets,
-Namespaces, RBAC or cluster-scoped objects (README.md, "Bad input
-and secrets"); another namespace is retargeted in the copy (``deploy_suite.model.portable``). The
-DGD's precision picks which handed-off download variant is used. Every refusal
-is an ``InputError`` naming the input and the fix.
+Namespaces, RBAC or cluster-scoped objects (docs/security.md, "Bad input"); another namespace is
+retargeted in the copy (``deploy_suite.model.portable``). The DGD's precision picks which
+handed-off download variant is used. Every refusal is an ``InputError`` naming the input and the fix.
 """
 
 from __future__ import annotations

@@ -31,8 +31,6 @@ from deploy_suite.model.dgd import Dgd, from_documents
 from deploy_suite.model.references import image_tag
 from deploy_suite.yamlio import load_yaml_documents
 
-Obj = dict[str, Any]
-
 # How a patch was made: found by the harness from the cluster's own objects, or handed over by the caller.
 AUTOMATIC, HANDED_OVER = "automatic", "handed-over"
 PATCH_FIX = ("write the patch file as {reason: TEXT, file: deploy.yaml, operations: [{op: replace, path: "

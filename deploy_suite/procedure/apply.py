@@ -13,8 +13,8 @@ from deploy_suite.constants import DGD_KIND
 from deploy_suite.errors import PartialResult, PlatformFault, StepBlocked
 from deploy_suite.model.dgd import Dgd, from_documents
 from deploy_suite.procedure import owner
+from deploy_suite.procedure.context import StepContext
 from deploy_suite.procedure.retire import OwnTeardown
-from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import resume
 from deploy_suite.record.ledger import Ledger
 from deploy_suite.vocab import BlockerClass
@@ -70,7 +70,7 @@ class Applied:
         return {"applied": self.applied, "gpus_requested": self.gpus_requested, "dgd_before": self.owner_before}
 
 
-def apply(run: RunState, kube: Kube) -> Applied:
+def apply(run: StepContext, kube: Kube) -> Applied:
     """Apply every document of applied_manifests/deploy.yaml (and nothing else). The budgets were
     judged in step 2; the DGD's ownership is read again right before the apply, so a same-named
     DGD someone created since step 2 is still never applied over."""

@@ -8,7 +8,7 @@ derived name (mode ``create-as``): same length, same namespace, a valid DNS labe
 absent from the cluster; every create rule still applies. The in-place update's verdict is kept as
 information. Only a live DGD that step 3 will delete gets this; any other live DGD (this iteration's
 own on a rerun, the experiment's older one) is what step 5 will update, and a foreign one blocks in
-the ownership check. ``README.md`` (step 2, "Dry-run as the create it will be").
+the ownership check. docs/procedure.md, "Step 2: the platform and the dry-run".
 
 A refusal whose text says a webhook could not be called is a platform fault (:func:`webhook_fault`),
 not a verdict on the manifest.

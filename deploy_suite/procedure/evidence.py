@@ -1,11 +1,11 @@
 """Step 6's evidence before teardown: what a person needs to see why an attempt failed.
 
-On a readiness failure, before anything is deleted (README.md, step 6): the DGD's status and
-conditions, the events of the DGD and its pods (warnings first, bounded), and for each container
-that crash-loops, failed or waits on an error its last log lines (``--previous`` when it restarted:
-the crashed run's output, not the new one's), bounded and redacted of secret-looking values
-(:func:`deploy_suite.record.ledger.redact`). All of it goes into one file under ``logs/`` and an excerpt
-into the ledger's ``readiness.failure_evidence``.
+On a readiness failure, before anything is deleted (docs/procedure.md, "Step 6: slow starts,
+failures, teardown"): the DGD's status and conditions, the events of the DGD and its pods (warnings
+first, bounded), and for each container that crash-loops, failed or waits on an error its last log
+lines (``--previous`` when it restarted: the crashed run's output, not the new one's), bounded and
+redacted of secret-looking values (:func:`deploy_suite.record.ledger.redact`). All of it goes into
+one file under ``logs/`` and an excerpt into the ledger's ``readiness.failure_evidence``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Step 1: judge the handed-off inputs, then create the deployment directory.
 
 Everything here is local file work; nothing talks to a cluster. The order is the integrity
-order README.md's step table gives: (1) the workload's SHA-256 is recomputed before anything in
+order docs/procedure.md's step table gives: (1) the workload's SHA-256 is recomputed before anything in
 it is read, (2) the DGD's SHA-256 is recomputed before any copy, (3) at iteration 0 the assigned
 DGD must be the workload's ``deployment.dgd_path`` / ``dgd_sha256``. Only then is
 ``<EXP_ROOT>/artifacts/deploy-iter-NNN/applied_manifests/`` created and filled with run-scoped
@@ -10,7 +10,7 @@ copies under stable names. Every refusal is an ``InputError`` naming the input a
 The rules themselves live in their own modules: option values in ``deploy_suite.procedure.settings``, the
 workload schema in ``deploy_suite.model.workload``, what a manifest may hold in
 ``deploy_suite.model.manifests``, the deployment directory (lock, resume, copies, the previous
-deployment) in ``deploy_suite.procedure.workspace``; recording the result is ``deploy_suite.procedure.runstate``'s job.
+deployment) in ``deploy_suite.procedure.workspace``; recording the result is ``deploy_suite.procedure.context``'s job.
 """
 
 from __future__ import annotations

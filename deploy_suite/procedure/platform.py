@@ -5,7 +5,7 @@ not serve, GPU nodes whose device plugin advertises no GPU, no multinode orchest
 KAI queue) is not the candidate's: it blocks step 2 with the class ``BlockerClass.PLATFORM`` (a ``blocked``
 run, never a failed attempt, so no budget is charged: ``deploy_suite/record/budget.py``), naming the
 fault and the fix, before anything is retired or applied. ``Forbidden`` on any read here is a
-limitation, as everywhere in step 2 (``README.md``, step 2: "Platform checks").
+limitation, as everywhere in step 2 (docs/procedure.md, "Step 2: the platform and the dry-run").
 
 Evidence (the ledger's ``preflight.platform``): the Kubernetes server version, the API groups of the
 orchestrators, the DGD versions served and stored and the one the run talks in, the operator's
@@ -28,7 +28,7 @@ GROVE_GROUP = "grove.io"
 LWS_GROUP = "leaderworkerset.x-k8s.io"
 VOLCANO_GROUP = "scheduling.volcano.sh"
 KAI_GROUP = "scheduling.run.ai"
-# DGD metadata annotations that choose the Grove path and the KAI queue (README.md, step 2).
+# DGD metadata annotations that choose the Grove path and the KAI queue (docs/procedure.md, step 2).
 GROVE_ANNOTATION = "nvidia.com/enable-grove"
 KAI_QUEUE_ANNOTATION = "nvidia.com/kai-scheduler-queue"
 # GPU Feature Discovery labels: a node carrying one has GPUs, whatever its device plugin advertises.

@@ -17,8 +17,8 @@ from deploy_suite.model import discovery
 from deploy_suite.model.dgd import Dgd, load_dgd
 from deploy_suite.procedure import caches, evidence, holds, waits
 from deploy_suite.procedure.apply import Applied, platform_blocked
+from deploy_suite.procedure.context import StepContext
 from deploy_suite.procedure.retire import Progress, quiet
-from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.settings import Timeouts
 from deploy_suite.record.ledger import Ledger
 from deploy_suite.vocab import FailureCategory, TeardownAction, TeardownPolicy
@@ -216,7 +216,7 @@ def _progress_line(ready: waits.DgdReady, started: float) -> str:
     return f"{ready.last_progress} at {ready.last_progress_at} ({ready.progress_mono - started:.0f}s after the start)"
 
 
-def readiness(run: RunState, kube: Kube) -> Readiness:
+def readiness(run: StepContext, kube: Kube) -> Readiness:
     """Wait for readiness; an allocation interval is opened (``allocated_at`` the first) and saved
     the moment the first GPU pod is bound, unless one is open. On failure the evidence is kept first
     (:mod:`deploy_suite.procedure.evidence`), then the teardown policy (:func:`teardown`) decides whether the
@@ -235,7 +235,7 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
     try:
         out = wait_ready(kube, run.namespace, dgd, t,
                          frontend_expected=dgd.frontend_service is not None,
-                         reporting=Reporting(on_progress=run.progress, on_allocated=allocated))
+                         reporting=Reporting(on_progress=run.recorder.progress, on_allocated=allocated))
     except (StepFailure, StepBlocked) as exc:
         verdict_at = clock.iso_now_precise()
         seen = exc.result if isinstance(exc.result, Readiness) else Readiness()
@@ -254,11 +254,10 @@ def readiness(run: RunState, kube: Kube) -> Readiness:
         run.record(failed)
 
         def deleting(entry: dict[str, Any]) -> None:
-            run.ledger.set_section("teardown", entry)
-            run.save()
+            run.recorder.section("teardown", entry)
 
         failed.teardown = teardown(kube, run.namespace, dgd.name, failed, keep=run.settings.keep_on_failure,
-                                   pods_gone_s=t.retire_s, hooks=TeardownHooks(run.progress, deleting))
+                                   pods_gone_s=t.retire_s, hooks=TeardownHooks(run.recorder.progress, deleting))
         failed.teardown["evidence_file"] = found.log_file
         if failed.teardown.get("pods_gone_at"):
             failed.torn_down_at = failed.teardown["pods_gone_at"]

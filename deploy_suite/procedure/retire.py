@@ -15,7 +15,7 @@ from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.errors import Forbidden, KubeError, StepBlocked, WaitTimeout
 from deploy_suite.judges import ownership
 from deploy_suite.procedure import caches, waits
-from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.context import StepContext
 from deploy_suite.procedure.workspace import PreviousDeployment
 from deploy_suite.record import experiment, resume
 from deploy_suite.record.ledger import Ledger, write_torn_down_at
@@ -108,7 +108,7 @@ def _wait_gone(kube: Kube, result: RetireResult, timeout: float, on_progress: Pr
     result.pods_gone_at = clock.iso_now()
 
 
-def retire(run: RunState, kube: Kube) -> Retired:
+def retire(run: StepContext, kube: Kube) -> Retired:
     """Record the effective context in manifest.yaml (before the first mutation of the run), then
     retire the experiment's last DGD (``run.previous``: the ledger that applied it, passing over the
     iterations blocked before applying) in its own context and write ``torn_down_at`` in that
@@ -121,7 +121,7 @@ def retire(run: RunState, kube: Kube) -> Retired:
     field manager (``deploy_suite.judges.ownership``); anything else blocks, untouched."""
     out = Retired(experiment.update_manifest_context(run.exp_root, kube.context), earlier=run.carried.retired_previous)
     if out.context_change is not None:
-        run.add_evidence(manifest_context_update=out.context_change)  # kept even if the retire fails
+        run.recorder.add_evidence(manifest_context_update=out.context_change)  # kept even if the retire fails
     prev = run.previous
     if prev is None:
         if run.settings.iteration > 0:
@@ -129,7 +129,7 @@ def retire(run: RunState, kube: Kube) -> Retired:
         return out
     out.where = {"ledger": run.rel(prev.ledger_path), "passed_over": [run.rel(p) for p in prev.passed_over]}
     owned = prev.kube_context != kube.context
-    prev_kube = Kube(prev.kube_context, run.settings.kubeconfig, on_command=run.record_command,
+    prev_kube = Kube(prev.kube_context, run.settings.kubeconfig, on_command=run.recorder.command,
                      field_manager=kube.field_manager) if owned else kube
     try:
         out.retired = _retire_checked(run, prev_kube, prev, out.where)
@@ -139,7 +139,7 @@ def retire(run: RunState, kube: Kube) -> Retired:
     return out
 
 
-def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, where: dict[str, Any]) -> RetireResult:
+def _retire_checked(run: StepContext, kube: Kube, prev: PreviousDeployment, where: dict[str, Any]) -> RetireResult:
     timeout = run.settings.timeouts.retire_s
     live = kube.get_or_none(DGD, prev.dgd_name, prev.namespace)
     owner = resume.whose(live, run.carried.uid, prev.applied_uid)
@@ -149,17 +149,16 @@ def _retire_checked(run: RunState, kube: Kube, prev: PreviousDeployment, where: 
     _refuse_unless_ours(live, owner, found, prev)
     if owner == "previous" and live is not None:
         def deleted(result: RetireResult) -> None:
-            run.ledger.set_section("retired_previous", {**result.as_dict(), **where})
-            run.save()
+            run.recorder.section("retired_previous", {**result.as_dict(), **where})
 
-        result = retire_previous(kube, live, timeout, run.progress, deleted)
+        result = retire_previous(kube, live, timeout, run.recorder.progress, deleted)
         result.ownership = found.state
     else:
         action = "own-dgd-live" if owner == "mine" else "already-gone"
         result = RetireResult(prev.dgd_name, prev.namespace, kube.context, "", False, action=action)
         if owner is None:
             terminating = _terminating_pods(kube, prev.namespace, prev.dgd_name)
-            _wait_gone(kube, result, timeout, run.progress)  # its pods may still be terminating
+            _wait_gone(kube, result, timeout, run.recorder.progress)  # its pods may still be terminating
             earlier = run.carried.retired_previous or {}
             deleted_by = (f"this iteration's earlier step 3 (at {earlier.get('deleted_at')})"
                           if earlier.get("existed") and not earlier.get("pods_gone_at") else
@@ -207,7 +206,7 @@ class OwnTeardown:
         return {"own_dgd_found_gone": found}
 
 
-def finish_own_teardown(run: RunState, kube: Kube) -> OwnTeardown | None:
+def finish_own_teardown(run: StepContext, kube: Kube) -> OwnTeardown | None:
     """On a rerun, before step 2 counts anything (its budgets read this ledger's GPU-hours, its
     capacity gate the terminating pods): when the DGD an earlier run of this iteration applied (its
     recorded uid, this context) is gone and its ledger has no ``torn_down_at``, wait (bounded,
@@ -224,7 +223,7 @@ def finish_own_teardown(run: RunState, kube: Kube) -> OwnTeardown | None:
             return None
         terminating = _terminating_pods(kube, namespace, name)
         kube.wait(waits.dgd_pods_gone(namespace, name), timeout=run.settings.timeouts.retire_s,
-                  on_progress=run.progress)
+                  on_progress=run.recorder.progress)
     except (Forbidden, WaitTimeout):
         return None
     gone_at = clock.iso_now()
@@ -258,8 +257,8 @@ def _torn_down(pods_gone_at: str, terminating: list[Obj], deleted_by: str, looke
 
 def _refuse_unless_ours(live: Obj | None, owner: resume.Whose | None, found: ownership.Ownership,
                        prev: PreviousDeployment) -> None:
-    """Both guards of step 3, one message: the uid identity (README "Resume") and the field
-    manager (README "Ownership"), which a DGD its ledger names exactly passes whoever applied it
+    """Both guards of step 3, one message: the uid identity (docs/procedure.md, "Resume") and the field
+    manager (docs/procedure.md, "Ownership"), which a DGD its ledger names exactly passes whoever applied it
     (``recorded``). A live DGD is deleted only when it passes both; this iteration's own is never
     deleted, so only the uid decides it is kept (step 5 re-checks its field manager)."""
     reasons = []

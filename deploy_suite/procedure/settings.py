@@ -39,8 +39,9 @@ class Timeouts:
     job_validate_s: float = 3600.0  # 120 polls x 30 s
     retire_s: float = 600.0  # delete --wait --timeout=10m, then the pods' wait of 10m
     pvc_bound_s: float = 600.0  # model-cache PVC (Immediate binding) to reach Bound
-    # Step 6 waits while pods advance (README.md, step 6): it fails after readiness_no_progress_s
-    # without progress, and at readiness_s whatever happens (large models pull and load for long).
+    # Step 6 waits while pods advance (docs/procedure.md, "Step 6: slow starts, failures, teardown"): it
+    # fails after readiness_no_progress_s without progress, and at readiness_s whatever happens (large
+    # models pull and load for long).
     readiness_s: float = 10800.0  # hard cap: DGD Ready, every pod ready, the frontend Service present
     readiness_no_progress_s: float = 900.0  # no pod created, scheduled, pulled, started or ready for this long
     # A container running without restarts and not ready (a model loading) is no "no progress":

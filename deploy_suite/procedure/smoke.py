@@ -2,7 +2,7 @@
 
 :func:`plan` decides what to test (the served model, whether the worker needs the direct-routing
 header, the endpoint); :func:`run` runs the three gates and returns a :class:`SmokeResult` that
-records itself in the ledger. The gates, as ``README.md`` lists them: reachability (any HTTP
+records itself in the ledger. The gates, as docs/procedure.md lists them (step 7, "Chat gate"): reachability (any HTTP
 answer from ``/v1/models``, bound 30 x 2 s), model listed (``/v1/models`` lists the served model,
 bound 30 x 10 s, body saved to ``smoke/models_body.json``) and chat (one fixed request, body
 saved to ``smoke/api_body.json``; success only if ``object == "chat.completion"``, ``choices`` is
@@ -31,7 +31,7 @@ from deploy_suite.constants import LABEL_COMPONENT_TYPE, LABEL_DGD_NAME
 from deploy_suite.errors import KubeError, StepBlocked, StepFailure, SuiteError, WaitTimeout
 from deploy_suite.judges import membership
 from deploy_suite.model import dgd, discovery, frontend, podspec
-from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.context import StepContext
 from deploy_suite.procedure.settings import DEFAULT_SMOKE_PROMPT, Timeouts
 from deploy_suite.procedure.validate import Preflight
 from deploy_suite.record.ledger import Ledger, atomic_write_text
@@ -147,7 +147,7 @@ class Forwarding(Protocol):
 # --- step 7's two calls ------------------------------------------------------------------------
 
 
-def plan(run: RunState, kube: Kube) -> SmokePlan:
+def plan(run: StepContext, kube: Kube) -> SmokePlan:
     """The served model, direct routing and the endpoint; the deploy copy is parsed once, here.
 
     The served model is ``--served-model``, else what step 2 found, else the DGD's first worker's;
@@ -170,10 +170,10 @@ def plan(run: RunState, kube: Kube) -> SmokePlan:
         timeouts=run.settings.timeouts, kubectl=shutil.which("kubectl") or "kubectl")
 
 
-def run(run: RunState, kube: Kube, plan: SmokePlan, transport: httpx.BaseTransport | None = None) -> SmokeResult:
+def run(run: StepContext, kube: Kube, plan: SmokePlan, transport: httpx.BaseTransport | None = None) -> SmokeResult:
     """The three gates; a result that did not pass all three stops the step (recorded first): blocked,
     class ``smoke``, never a failed attempt (docs/procedure.md, "Outcomes")."""
-    result = run_smoke(kube, plan, on_progress=run.progress, transport=transport)
+    result = run_smoke(kube, plan, on_progress=run.recorder.progress, transport=transport)
     result.artifact_path = run.rel(plan.deploy_root / ARTIFACT)
     result.body_paths = [run.rel(plan.deploy_root / "smoke" / n) for n in _BODIES
                          if (plan.deploy_root / "smoke" / n).exists()]

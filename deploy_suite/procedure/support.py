@@ -16,8 +16,8 @@ from deploy_suite.constants import LABEL_JOB_NAME
 from deploy_suite.errors import Forbidden, KubeError, StepFailure, WaitTimeout
 from deploy_suite.judges import jobs
 from deploy_suite.procedure import waits
+from deploy_suite.procedure.context import StepContext
 from deploy_suite.procedure.retire import Progress, quiet
-from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record.ledger import Ledger, redact
 from deploy_suite.vocab import FailureCategory, TriageCategory
 
@@ -188,7 +188,7 @@ def _job_logs(kube: Kube, namespace: str, job: str, logs_dir: Path, lines: int =
     return pods, text.strip()
 
 
-def support(run: RunState, kube: Kube) -> Support:
+def support(run: StepContext, kube: Kube) -> Support:
     """Apply model-cache, model-download, model-validate in that order (those handed over), or in the
     handoff's ``support_order``; each manifest's claims that bind on their own are awaited and its
     Jobs complete before the next is applied (WaitForFirstConsumer claims, and claims whose class
@@ -204,7 +204,7 @@ def support(run: RunState, kube: Kube) -> Support:
         out.pvcs.update(dict.fromkeys(claims))
         try:
             wait_pvcs_bound(kube, run.namespace, immediate_claims(kube, run.namespace, claims, out.limitations),
-                            t.pvc_bound_s, on_progress=run.progress)
+                            t.pvc_bound_s, on_progress=run.recorder.progress)
         except WaitTimeout as exc:
             raise StepFailure(f"model-cache PVC never bound: {exc}; fix the storage class or provisioner "
                               "(a dependency: waiting longer does not help)", TriageCategory.DEPENDENCY) from exc
@@ -212,7 +212,7 @@ def support(run: RunState, kube: Kube) -> Support:
         for job in names_of(docs, "Job"):
             try:
                 out.jobs.append(run_job(kube, run.namespace, job, kind, Bounds(bound, t.pvc_bound_s),
-                                        run.deploy_root / "logs", on_progress=run.progress))
+                                        run.deploy_root / "logs", on_progress=run.recorder.progress))
             except StepFailure as exc:
                 out.failure = {"step": "step4_support_manifests", "job": job, "message": str(exc),
                                "log_excerpt": exc.log_excerpt[-2000:],

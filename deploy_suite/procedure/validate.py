@@ -1,6 +1,6 @@
 """Step 2: read-only validation of the assigned DGD before anything is mutated.
 
-Checks run in the order of ``README.md`` (step 2), pinned to the workload's context through
+Checks run in the order of docs/procedure.md (step 2), pinned to the workload's context through
 :class:`Kube`: namespace, CRD gate, advisory storage-class and node reads, cluster-compatibility
 patches of the run-scoped copies, a server-side dry-run of every document, secrets (by name,
 metadata only), PVCs, storage classes, image tags (what the manifests name:
@@ -11,7 +11,7 @@ DGDs steps 3 and 5 would touch (``deploy_suite.judges.ownership``) and, last, th
 (``deploy_suite.record.budget``). Every failed gate becomes a blocker; ``Forbidden`` on an advisory
 cluster-scope read becomes a run limitation. Nothing here creates, updates or deletes a cluster
 object: the only writes are to the run-scoped copies under ``applied_manifests/`` (compatibility
-patches ``README.md`` allows, recorded with their reason).
+patches docs/procedure.md allows ("Compatibility patches"), recorded with their reason).
 
 :func:`preflight` is step 2 as a whole: it gathers the run's inputs (baseline DGD, the
 experiment's other live GPUs, the ``--storage-class`` override, what step 3 will retire), runs
@@ -43,7 +43,7 @@ from deploy_suite.model.workload import contract_dgd_candidates
 from deploy_suite.procedure import capacity as capacity_gate
 from deploy_suite.procedure import compat, dryrun, owner, platform, retire
 from deploy_suite.procedure.compat import Outcome
-from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.context import StepContext
 from deploy_suite.record import budget, experiment, resume
 from deploy_suite.record.ledger import Ledger
 from deploy_suite.vocab import BlockerClass
@@ -413,7 +413,7 @@ class Preflight:
         return StepBlocked(last.category, message, last.fix, result=self)
 
 
-def own_live_dgd(run: RunState, kube: Kube) -> tuple[str, str] | None:
+def own_live_dgd(run: StepContext, kube: Kube) -> tuple[str, str] | None:
     """(namespace, name) of this iteration's own DGD when it is live: its uid is the one an earlier
     run's step 5 recorded (a rerun). Read-only."""
     own = run.carried.applied_dgd or {}
@@ -427,7 +427,7 @@ def own_live_dgd(run: RunState, kube: Kube) -> tuple[str, str] | None:
     return (str(own["namespace"]), str(own["name"])) if resume.whose(live, uid, None) == "mine" else None
 
 
-def preflight(run: RunState, kube: Kube) -> Preflight:
+def preflight(run: StepContext, kube: Kube) -> Preflight:
     """Step 2: every read-only gate against the run's inputs; raises :class:`StepBlocked` (carrying
     the :class:`Preflight`, which the ledger plugin records) when any gate failed."""
     # A rerun whose own DGD is gone (its teardown stopped in the pods-gone wait) stops counting its
@@ -463,7 +463,7 @@ def preflight(run: RunState, kube: Kube) -> Preflight:
     if unchanged is not None:
         report.block(BlockerClass.INPUT, *unchanged)
     result = Preflight(report, run.settings.served_model or report.served_model, report.frontend_service,
-                       live_names, run.current or STEP, spent.as_dict(), copies)
+                       live_names, run.step or STEP, spent.as_dict(), copies)
     stop = result.blocked()
     if stop is not None:
         raise stop

@@ -14,12 +14,11 @@ import re
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from string import Template
-from typing import Any
 
 from deploy_suite import yamlio
+from deploy_suite.constants import Obj
 from deploy_suite.errors import InputError
 
-Obj = dict[str, Any]
 ROLE_FILE = "role.yaml"
 CLUSTER_ROLE_FILE = "clusterrole.yaml"
 DEFAULT_SUBJECT = "deploy-suite"

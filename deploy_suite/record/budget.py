@@ -71,7 +71,7 @@ class BudgetState:
 
 
 def gpu_hours_of(led: experiment.LedgerSummary, now: _dt.datetime) -> float:
-    """GPUs x the sum of one ledger's allocation intervals (its ``allocations``, README "Resume"),
+    """GPUs x the sum of one ledger's allocation intervals (its ``allocations``, docs/procedure.md, "Resume"),
     by :func:`deploy_suite.record.resume.gpu_hours`: the same figure as the report's."""
     return resume.gpu_hours({"gpus_requested": led.gpus_requested, "allocated_at": led.allocated_at,
                              "torn_down_at": led.torn_down_at, "allocations": list(led.allocations)}, now=now)

@@ -2,7 +2,7 @@
 start, the experiment's ledgers (other live DGDs for ``resources.gpu_ceiling``; what ``budget``
 sums: failed deploys and allocation intervals) and the experiment id.
 
-``manifest.yaml`` key names are unspecified upstream; ours (documented in the README) are
+``manifest.yaml`` key names are unspecified upstream; ours (docs/procedure.md, "The experiment page") are
 ``cluster_context`` and an append-only ``cluster_context_history`` of ``{from, to, changed_at,
 changed_by}``. The update keeps every other key and is atomic.
 """

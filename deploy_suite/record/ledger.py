@@ -14,7 +14,7 @@ blockers, ...). Three guarantees live in this module and nowhere else:
   mutation's save must stay cheap (it happens between two cluster requests).
 
 The pytest side (``deploy_suite.plugins.ledger``) decides *when* to write;
-``deploy_suite.procedure.runstate`` decides *what* the step outcomes are.
+``deploy_suite.plugins.lifecycle`` decides *what* the step outcomes are.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a rerun decides from the ledgers: whose live DGD this is, and the GPU allocation intervals.
 
 A rerun of iteration N (same candidate, same directory) must be idempotent at every step boundary
-(README, "Resume"). Two records make that possible:
+(docs/procedure.md, "Resume"). Two records make that possible:
 
 * ``applied_dgd``: step 5 writes, right after its apply, the DGD's name, namespace, context and
   ``metadata.uid`` as the apiserver returned them. A uid is never reused, so a live DGD whose uid
@@ -49,7 +49,7 @@ def recorded_uid(data: Mapping[str, Any] | None) -> str | None:
     return uid if isinstance(uid, str) and uid else None
 
 
-# The ledger's name of step 5, the step that creates a DGD (deploy_suite/procedure/runstate.py STEPS).
+# The ledger's name of step 5, the step that creates a DGD (deploy_suite/procedure/registry.py STEPS).
 APPLY_STEP = "step5_apply"
 
 

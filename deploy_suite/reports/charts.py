@@ -3,7 +3,7 @@
 Their view models (every coordinate, colour and tooltip), pure functions of values read from the
 ledgers; their markup is ``templates/charts.html.j2`` (no script, every string escaped). The timeline is a
 Gantt on one time axis: a lane per iteration holding its steps (started_at + duration_s) and,
-below them, the intervals its DGD held GPUs (``allocations``, README "Resume"; an open one ends at
+below them, the intervals its DGD held GPUs (``allocations``, docs/procedure.md, "Resume"; an open one ends at
 ``torn_down_at``, else it is drawn up to the experiment's last ledger write as still held). Where a
 later iteration retired a lane's DGD (step 3 wrote ``torn_down_at``) a marker names who retired it.
 """
@@ -41,7 +41,7 @@ class Lane:
     allocations: tuple[Span, ...]
     retired_at: _dt.datetime | None = None
     retired_by: str | None = None
-    # Step 6's hold decisions: pods waiting for GPUs others hold (README, step 6 "contention").
+    # Step 6's hold decisions: pods waiting for GPUs others hold (docs/procedure.md, step 6: contention).
     holds: tuple[_dt.datetime, ...] = ()
 
 
@@ -131,7 +131,7 @@ def timeline_chart(lanes: Sequence[Lane]) -> dict[str, Any] | None:
     return {"width": _WIDTH, "height": _TOP + len(lanes) * _LANE + 6, "ticks": shown_ticks, "lanes": shown}
 
 
-# What each step's time is spent on, for the legend (README, the steps table).
+# What each step's time is spent on, for the legend (docs/procedure.md, the steps table).
 _MEANING = {"step2_validate": "checks, capacity", "step3_retire_previous": "retire the previous DGD",
             "step4_support_manifests": "model cache, download", "step5_apply": "apply",
             "step6_readiness": "waiting for capacity, loading", "step7_smoke": "smoke"}

@@ -121,7 +121,7 @@ def _endpoint(ledger: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def _ownership(ledger: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """Whose the DGD is (README, "Ownership"): the field manager step 5 applied it with."""
+    """Whose the DGD is (docs/procedure.md, "Ownership"): the field manager step 5 applied it with."""
     applied = ledger.get("applied_dgd")
     return applied if isinstance(applied, Mapping) else None
 
@@ -133,7 +133,7 @@ def _teardown(ledger: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _allocation(ledger: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The allocation intervals (README, "Resume") and their GPU-hours as of the ledger's last write."""
+    """The allocation intervals (docs/procedure.md, "Resume") and their GPU-hours as of the ledger's last write."""
     spans = resume.intervals(ledger)
     if not spans:
         return None

@@ -9,9 +9,10 @@ talks to a cluster.
 from __future__ import annotations
 
 from deploy_suite.procedure import inputs
-from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.context import StepContext
+from deploy_suite.procedure.inputs import OnDirectory
 
 
-def test_step1_inputs(run: RunState) -> None:
+def test_step1_inputs(run: StepContext, on_directory: OnDirectory) -> None:
     """Workload and DGD hashes recomputed, contract checked, run-scoped copies made."""
-    run.record(inputs.prepare(run.settings, on_directory=run.attach_directory))
+    run.record(inputs.prepare(run.settings, on_directory=on_directory))

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from deploy_suite.access.kube import Kube
 from deploy_suite.procedure import validate
-from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.context import StepContext
 
 
-def test_step2_validate(run: RunState, kube: Kube) -> None:
+def test_step2_validate(run: StepContext, kube: Kube) -> None:
     """Namespace, CRDs, platform, dry-run (as the create step 5 makes), secrets by name, PVCs, images, pinned
     knobs, GPU ceiling, capacity, SKU, ownership, budgets."""
     run.record(validate.preflight(run, kube))

@@ -10,10 +10,10 @@ import pytest
 
 from deploy_suite.access.kube import Kube
 from deploy_suite.procedure import retire
-from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.context import StepContext
 
 
-def test_step3_retire_previous(run: RunState, kube: Kube) -> None:
+def test_step3_retire_previous(run: StepContext, kube: Kube) -> None:
     """Delete only the previous DGD, wait for it and its pods to go, write torn_down_at there."""
     retired = run.record(retire.retire(run, kube))
     if retired.retired is None:

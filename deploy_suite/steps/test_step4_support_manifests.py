@@ -10,10 +10,10 @@ import pytest
 
 from deploy_suite.access.kube import Kube
 from deploy_suite.procedure import support as step4
-from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.context import StepContext
 
 
-def test_step4_support_manifests(run: RunState, kube: Kube) -> None:
+def test_step4_support_manifests(run: StepContext, kube: Kube) -> None:
     """Apply support manifests in order; Jobs named from metadata.name; PVCs reach Bound."""
     support = run.record(step4.support(run, kube))
     if not support.applied:

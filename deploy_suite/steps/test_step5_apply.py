@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from deploy_suite.access.kube import Kube
 from deploy_suite.procedure import apply
-from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.context import StepContext
 
 
-def test_step5_apply(run: RunState, kube: Kube) -> None:
+def test_step5_apply(run: StepContext, kube: Kube) -> None:
     """Apply the run-scoped DGD; record gpus_requested and the cleanup command."""
     run.record(apply.apply(run, kube))

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from deploy_suite.access.kube import Kube
 from deploy_suite.procedure import readiness
-from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.context import StepContext
 
 
-def test_step6_readiness(run: RunState, kube: Kube) -> None:
+def test_step6_readiness(run: StepContext, kube: Kube) -> None:
     """DGD Ready + successful + observedGeneration; every pod ready; frontend Service exists."""
     run.record(readiness.readiness(run, kube))

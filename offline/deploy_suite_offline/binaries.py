@@ -16,21 +16,21 @@ import shutil
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from deploy_suite import clock
 from deploy_suite_offline import procs
 from deploy_suite_offline.errors import ClusterError
+from deploy_suite_offline.procs import Log
 
-# Versions verified to build together from the proxy with Go 1.26 (see README, "Offline cluster").
+# Versions verified to build together from the proxy with Go 1.26 (docs/offline-cluster.md, "Running the
+# offline cluster").
 KUBERNETES_VERSION = "v1.36.1"
 ETCD_VERSION = "v3.6.10"
 KWOK_VERSION = "v0.8.0"
 GOMOD_DIR = Path(__file__).with_name("gomod")
 
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)

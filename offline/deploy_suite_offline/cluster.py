@@ -29,6 +29,7 @@ from deploy_suite.errors import Conflict, KubeError, WaitTimeout
 from deploy_suite_offline import binaries, dynamo_env, dynamo_runtime, pools, procs, restart, webhook
 from deploy_suite_offline.errors import ClusterError
 from deploy_suite_offline.operator_sim import profiles
+from deploy_suite_offline.procs import Log
 from deploy_suite_offline.procs import wait_exit as wait_exit  # tests wait on cluster processes by this name
 
 MARKER = "deploy-suite.json"
@@ -67,7 +68,6 @@ componentsPatches:
     value: "false"
 """
 
-Log = Callable[[str], None]
 
 
 def read_marker(path: Path) -> dict[str, Any] | None:
@@ -389,7 +389,7 @@ class OfflineCluster:
         wanted = set(layout.node_names())
 
         def all_ready(objs: dict[str, Obj]) -> tuple[bool, str]:
-            ready = {o["metadata"]["name"] for o in objs.values() if _node_ready(o)}
+            ready = {o["metadata"]["name"] for o in objs.values() if node_ready(o)}
             missing = sorted(wanted - ready)
             return not missing, f"{len(wanted & ready)}/{len(wanted)} nodes Ready" + (
                 f" (waiting for {', '.join(missing[:5])})" if missing else "")
@@ -536,7 +536,7 @@ def read_nodes(info: ClusterInfo, kube: Callable[[], Kube], log: Log) -> Cluster
         client = kube()
         nodes, _ = client.list_items("Node")
         info.server = client.server
-        info.nodes = [n["metadata"]["name"] for n in nodes if _node_ready(n)]
+        info.nodes = [n["metadata"]["name"] for n in nodes if node_ready(n)]
         info.state = "up"
     except (KubeError, ClusterError) as exc:
         info.state = "stale"
@@ -581,7 +581,7 @@ def wait_established(kube: Kube, names: list[str], timeout: float) -> None:
 _LIFECYCLE_TAINTS = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
 
 
-def _node_ready(node: Obj) -> bool:
+def node_ready(node: Obj) -> bool:
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                 for c in (node.get("status") or {}).get("conditions") or [])
     tainted = any(t.get("key") in _LIFECYCLE_TAINTS for t in (node.get("spec") or {}).get("taints") or [])

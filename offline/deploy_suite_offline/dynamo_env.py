@@ -17,7 +17,6 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,12 +24,13 @@ from deploy_suite import clock
 from deploy_suite.errors import cut
 from deploy_suite_offline import binaries, procs
 from deploy_suite_offline.errors import ClusterError
+from deploy_suite_offline.procs import Log
 
 DEFAULT_VERSION = "1.6.1"
 
 # Verified for 1.6.1: the wheel's own requirements minus ``aisimulate``, an NVIDIA ``wheel_stub``
 # that downloads from NVIDIA's index at build time and is imported lazily anyway.
-_DEPENDENCIES: dict[str, tuple[str, ...]] = {
+DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "1.6.1": (
         "aiohttp>=3.14.3,<4",
         "certifi>=2026.10.19",
@@ -51,7 +51,6 @@ _DEPENDENCIES: dict[str, tuple[str, ...]] = {
 _STUB_PACKAGES = frozenset({"aisimulate"})
 _MARKER = ".deploy-suite-complete"
 
-Log = Callable[[str], None]
 
 # No hub access ever: the tokenizer is local and a hub lookup would hang offline.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
@@ -141,7 +140,7 @@ def _build_venv(venv: Path, version: str, log: Log) -> tuple[float, int]:
         log,
         f"{pip_fix}; is {version} a released ai-dynamo version?",
     )
-    deps = _DEPENDENCIES.get(version) or _metadata_dependencies(venv / "bin" / "python")
+    deps = DEPENDENCIES.get(version) or _metadata_dependencies(venv / "bin" / "python")
     _run_step(
         f"pip install {len(deps)} dependencies + tokenizers (aisimulate stub left out)",
         [*pip, *deps, "tokenizers"],
@@ -155,7 +154,7 @@ def _build_venv(venv: Path, version: str, log: Log) -> tuple[float, int]:
     return seconds, size
 
 
-_TOKENIZER_SCRIPT = r'''
+TOKENIZER_SCRIPT = r'''
 """Build a tiny word-level tokenizer directory (run with the Dynamo venv's python)."""
 import json, string, sys
 from pathlib import Path
@@ -208,7 +207,7 @@ def _build_tokenizer(python: Path, target: Path, log: Log) -> None:
     # Build in a sibling temp dir and rename, so a crash never leaves a half-written tokenizer.
     tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=target.parent))
     try:
-        done = procs.run([str(python), "-c", _TOKENIZER_SCRIPT, str(tmp)], env={**os.environ, **OFFLINE_ENV},
+        done = procs.run([str(python), "-c", TOKENIZER_SCRIPT, str(tmp)], env={**os.environ, **OFFLINE_ENV},
                          split=True)
         if done.returncode != 0:
             raise ClusterError(

@@ -18,15 +18,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from deploy_suite import clock
 from deploy_suite.access.kube import Kube, Resource, translate
-from deploy_suite.constants import GPU_RESOURCE
+from deploy_suite.constants import GPU_RESOURCE, Obj
 from deploy_suite.errors import Conflict, KubeError, NotFound
+from deploy_suite_offline.procs import Log
 
-Obj = dict[str, Any]
-Log = Callable[[str], None]
 Loop = tuple[str, Callable[[], Iterator[tuple[str, Obj]]], Callable[[str, Obj], None]]
 
 SCHEDULER = "kai-scheduler"

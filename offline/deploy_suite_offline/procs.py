@@ -46,6 +46,9 @@ POLL_S = 0.1
 MARK = "DEPLOY_SUITE_CLUSTER"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _T = TypeVar("_T")
+# Where a cluster's lines of progress go (a terminal, a test's output), one line a call: every
+# builder and controller of the offline clusters takes one.
+Log = Callable[[str], None]
 
 
 # --------------------------------------------------------------------------- /proc

@@ -9,19 +9,18 @@ class, so a third provider is one more branch here (docs/offline-cluster.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from deploy_suite.access.kube import Kube
+from deploy_suite_offline.procs import Log
 
 if TYPE_CHECKING:  # the classes below import this module's neighbours; only their types are read here
     from deploy_suite_offline.cluster import ClusterInfo
     from deploy_suite_offline.kind.provider import Creator
 
-Log = Callable[[str], None]
 
 
 class Provider(StrEnum):

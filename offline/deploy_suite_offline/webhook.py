@@ -33,14 +33,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from deploy_suite.constants import Obj
 from deploy_suite_offline import procs
 from deploy_suite_offline.errors import ClusterError
 from deploy_suite_offline.faults import REFUSE_PODS_PATH, WEBHOOK_INFO_CONFIGMAP
 from deploy_suite_offline.operator_sim import admission, conversion
 from deploy_suite_offline.operator_sim.profiles import Profile
-
-Obj = dict[str, Any]
-Log = Callable[[str], None]
+from deploy_suite_offline.procs import Log
 
 DGD_PATH = "/validate-nvidia-com-dynamographdeployment"
 CONVERT_PATH = "/convert"

@@ -159,7 +159,7 @@ def test_a_spent_budget_blocks_iteration_2_in_step2_and_iteration_1_stays_live(t
                                             "category": "failed-deploy", "evidence": [],
                                             "diagnosis": "untolerated taint (played by the test)"})
         elif case == "gpu_hours":  # iteration 0 held its GPU for two hours before it was retired
-            # Its one allocation interval (README "Resume"), closed by the torn_down_at step 3 wrote.
+            # Its one allocation interval (docs/procedure.md, "Resume"), closed by the torn_down_at step 3 wrote.
             data["allocated_at"] = two_hours_ago
             data["allocations"] = [{"allocated_at": two_hours_ago, "released_at": None}]
         else:  # the session started two hours ago

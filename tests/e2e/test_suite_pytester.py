@@ -384,10 +384,13 @@ def test_a_blocking_step_skips_every_later_step_with_its_reason(suite: Suite):
             "def test_step2_validate(run, kube, namespace, manifests):\n"
             "    assert kube.context == 'offline-demo' and namespace == 'dynamo-demo'\n"
             "    assert sorted(manifests) == ['deploy', 'model-cache', 'model-download']\n"
-            "    run.add_evidence(namespace='exists')\n"),
+            "    run.recorder.add_evidence(namespace='exists')\n"),
         "step3_retire_previous": (
+            "from deploy_suite.errors import StepBlocked\n"
+            "from deploy_suite.vocab import BlockerClass\n"
             "def test_step3_retire_previous(run):\n"
-            "    run.block('secret', 'secret hf-token-secret not found in dynamo-demo', 'create it (by name)')\n"),
+            "    raise StepBlocked(BlockerClass.SECRET, 'secret hf-token-secret not found in dynamo-demo',\n"
+            "                      'create it (by name)')\n"),
         "step4_support_manifests": "def test_step4_support_manifests():\n    raise AssertionError('ran')\n",
     })
     result = suite.run(steps=steps)

@@ -33,7 +33,7 @@ import pytest
 
 from deploy_suite.fixtures.experiments.make_experiment import stage_candidate
 from deploy_suite.plugins.ledger import KILL_ENV
-from deploy_suite.procedure.runstate import STEP_NAMES
+from deploy_suite.procedure.registry import STEP_NAMES
 from deploy_suite_offline import faults
 from deploy_suite_offline.procs import wait_exit
 from tests import support

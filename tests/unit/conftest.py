@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from deploy_suite import clock
-from deploy_suite.procedure.runstate import RunState
+from deploy_suite.plugins.lifecycle import Lifecycle
 from deploy_suite.procedure.settings import Settings
 
 
@@ -22,11 +22,11 @@ def fake_clock() -> Iterator[clock.FakeClock]:
 
 
 @pytest.fixture
-def run_state(tmp_path: Path) -> RunState:
-    """A RunState of iteration 0 whose ledger is written under ``tmp_path``'s deployment directory."""
+def lifecycle(tmp_path: Path) -> Lifecycle:
+    """A run's lifecycle at iteration 0 whose ledger is written under ``tmp_path``'s deployment directory."""
     settings = Settings(iteration=0, exp_root=tmp_path, workload=tmp_path / "w", workload_sha256="a" * 64,
                         dgd=tmp_path / "d", dgd_sha256="b" * 64, provenance="user-interviewer")
-    state = RunState.create(settings)
+    state = Lifecycle.create(settings)
     (tmp_path / "artifacts" / "deploy-iter-000").mkdir(parents=True)
     state.attach_directory(tmp_path / "artifacts" / "deploy-iter-000", False, None)
     return state

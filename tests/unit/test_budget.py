@@ -45,7 +45,7 @@ def test_gpu_hours_sum_gpus_times_intervals_torn_down_or_live_until_now(tmp_path
     write(tmp_path, 0, gpus_requested=8, allocated_at="2026-06-01T12:00:00Z", torn_down_at="2026-06-01T13:30:00Z")
     write(tmp_path, 1, gpus_requested=4, allocated_at="2026-06-01T17:00:00Z")  # live: until now
     write(tmp_path, 2, gpus_requested=2, status="blocked")  # never allocated: nothing
-    # A rerun that re-applied (README "Resume"): allocations lists both intervals, allocated_at stays the
+    # A rerun that re-applied (docs/procedure.md, "Resume"): allocations lists both intervals, allocated_at stays the
     # first start, torn_down_at closes the open one; 1 h + 0.25 h, not 2.75 h from the first start.
     write(tmp_path, 3, gpus_requested=1, allocated_at="2026-06-01T15:00:00Z", torn_down_at="2026-06-01T17:45:00Z",
           allocations=[{"allocated_at": "2026-06-01T15:00:00Z", "released_at": "2026-06-01T16:00:00Z"},

@@ -14,7 +14,7 @@ import pytest
 from deploy_suite.access.kube import DGD, KNOWN, CommandRecord, Kube
 from deploy_suite.errors import InputError, StepBlocked
 from deploy_suite.procedure import caches, readiness, retire
-from deploy_suite.procedure.runstate import STEPS
+from deploy_suite.procedure.registry import STEPS
 from deploy_suite.procedure.validate import ValidationInputs, Validator
 from deploy_suite.procedure.workspace import read_previous
 from deploy_suite.record import ledger, resume
@@ -34,7 +34,7 @@ def fake() -> Iterator[tuple[fakekube.FakeApi, Kube, list[CommandRecord]]]:
 
 def steps(reached: int) -> list[dict[str, Any]]:
     """The seven steps of a ledger whose run stopped in step ``reached``: the later ones skipped,
-    which the ledger stamps with times too (deploy_suite/procedure/runstate.py end_step)."""
+    which the ledger stamps with times too (deploy_suite/plugins/lifecycle.py end_step)."""
     return [{"name": s.name, "outcome": "passed" if s.number < reached else "blocked" if s.number == reached
              else "skipped", "started_at": T0} for s in STEPS]
 
@@ -108,8 +108,8 @@ def test_nothing_to_retire_when_no_earlier_iteration_applied(fake, tmp_path: Pat
     assert read_previous(root1, tmp_path, 2) is None
     run = make_run(tmp_path, iteration=2, previous=None)
     done = run.record(retire.retire(run, kube))
-    assert done.retired is None and "nothing to retire" in run.evidence["note"]
-    assert run.ledger.data["retired_previous"] is None and [r for r in api.requests if r.method != "GET"] == []
+    assert done.retired is None and "nothing to retire" in run.recorder.evidence["note"]
+    assert run.recorder.ledger.data["retired_previous"] is None and [r for r in api.requests if r.method != "GET"] == []
 
 
 def test_an_unreadable_or_nameless_ledger_on_the_way_is_refused(tmp_path: Path) -> None:
@@ -179,7 +179,7 @@ def test_step3_retires_iteration_0_past_a_blocked_iteration_1_and_keeps_its_clai
     after0 = json.loads((root0 / ledger.LEDGER_NAME).read_text())
     assert after0 == {**before0, "torn_down_at": result.pods_gone_at} and result.torn_down_at == result.pods_gone_at
     assert (root1 / ledger.LEDGER_NAME).read_bytes() == before1
-    section = run.ledger.data["retired_previous"]
+    section = run.recorder.ledger.data["retired_previous"]
     assert section["ledger"] == "artifacts/deploy-iter-000/deployment_ledger.json"
     assert section["passed_over"] == ["artifacts/deploy-iter-001"] and section["kept_claims"] == ["owned-cache"]
 
@@ -210,7 +210,7 @@ def test_step3_deletes_a_dgd_that_declares_no_claim_to_create_when_claims_cannot
     assert result is not None and result.action == "deleted" and result.kept_claims == []
     assert "could not be listed" in result.claims_unlisted and "declares no spec.pvcs[] claim" in result.claims_unlisted
     assert len(api.of("DELETE")) == 1 and api.of("PATCH") == []
-    assert run.ledger.data["retired_previous"]["claims_unlisted"] == result.claims_unlisted
+    assert run.recorder.ledger.data["retired_previous"]["claims_unlisted"] == result.claims_unlisted
 
 
 @pytest.mark.parametrize(("listable", "inferred"), [("pods", True), ("dynamographdeployments", True), (None, False)])

@@ -21,8 +21,9 @@ import yaml
 
 from deploy_suite.errors import DeploymentLocked, InputError, RefusedCandidate
 from deploy_suite.fixtures.experiments.make_experiment import Experiment, make_experiment, stage_candidate
+from deploy_suite.plugins.lifecycle import Lifecycle
 from deploy_suite.procedure import inputs, workspace
-from deploy_suite.procedure.runstate import STEP_NAMES, RunState
+from deploy_suite.procedure.registry import STEP_NAMES
 from deploy_suite.procedure.settings import Settings, SupportInput
 from deploy_suite.record import ledger as ledger_mod
 from deploy_suite.record.ledger import LEDGER_NAME, Ledger, new_document
@@ -463,12 +464,12 @@ def test_an_invalid_gpu_count_is_refused_naming_the_value(exp: Experiment, count
     assert "no worker requests a GPU" not in str(error)
 
 
-def _step1(settings: Settings) -> tuple[RunState, InputError | None]:
-    """Step 1 as the ledger plugin runs it: a refused input recorded by ``RunState.refuse_input``."""
-    run = RunState.create(settings)
+def _step1(settings: Settings) -> tuple[Lifecycle, InputError | None]:
+    """Step 1 as the ledger plugin runs it: a refused input recorded by ``Lifecycle.refuse_input``."""
+    run = Lifecycle.create(settings)
     run.begin_step("step1_inputs")
     try:
-        run.record(inputs.prepare(settings, on_directory=run.attach_directory))
+        run.context.record(inputs.prepare(settings, on_directory=run.attach_directory))
     except InputError as error:
         run.refuse_input("step1_inputs", error)
         run.end_step("step1_inputs", StepOutcome.BLOCKED, str(error))

@@ -50,7 +50,7 @@ def test_down_ends_every_host_process_the_kind_cluster_started(kind_host: KindPr
     helper = procs.poll(lambda: int(helper_pid.read_text()) if helper_pid.is_file() else None, 10)
     assert helper is not None
     started = procs.marked(kind_host.mark)
-    assert {RELAY, CONTROLLERS} <= set(kind_host._pids())
+    assert {RELAY, CONTROLLERS} <= set(kind_host.pids())
     assert helper in started and len(started) == 4  # relay, daemon, its helper, the unrecorded one
     assert provider.exists("downtest")
     kind_host.down()

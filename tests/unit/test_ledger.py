@@ -1,4 +1,4 @@
-"""deploy_suite.record.ledger (atomic, schema-valid, secret-free writes) and the RunState step lifecycle."""
+"""deploy_suite.record.ledger (atomic, schema-valid, secret-free writes) and the Lifecycle step lifecycle."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import jsonschema
 import pytest
 
 from deploy_suite.errors import InputError, LedgerError, SecretLeak, StepBlocked
-from deploy_suite.procedure.runstate import STEP_NAMES, RunState
+from deploy_suite.plugins.lifecycle import Lifecycle
+from deploy_suite.procedure.registry import STEP_NAMES
 from deploy_suite.procedure.settings import Settings
 from deploy_suite.record import ledger
 
@@ -171,7 +172,7 @@ WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from deploy_suite.record import ledger
-    from deploy_suite.procedure.runstate import STEP_NAMES
+    from deploy_suite.procedure.registry import STEP_NAMES
     path = Path(sys.argv[1])
     data = ledger.new_document(deploy_id="deploy-iter-000", iteration=0, provenance="user-interviewer",
                                step_names=STEP_NAMES)
@@ -274,41 +275,41 @@ def test_ordinary_values_pass_the_guard(value: Any):
     assert ledger.find_secret(document(diagnostics=[value])) is None
 
 
-# --- RunState: the step lifecycle -------------------------------------------------------------
+# --- Lifecycle: the step lifecycle -------------------------------------------------------------
 
 
 @pytest.fixture
-def run(run_state: RunState) -> RunState:
-    return run_state
+def run(lifecycle: Lifecycle) -> Lifecycle:
+    return lifecycle
 
 
-def saved_unchecked(run: RunState) -> dict[str, Any]:
+def saved_unchecked(run: Lifecycle) -> dict[str, Any]:
     assert run.ledger_path is not None
     data: dict[str, Any] = json.loads(run.ledger_path.read_text())
     return data
 
 
-def saved(run: RunState) -> dict[str, Any]:
+def saved(run: Lifecycle) -> dict[str, Any]:
     data = saved_unchecked(run)
     ledger.validate(data)
     return data
 
 
-def test_fresh_directory_gets_an_in_progress_ledger_at_step1(run: RunState):
+def test_fresh_directory_gets_an_in_progress_ledger_at_step1(run: Lifecycle):
     data = saved(run)
     assert (data["status"], data["current_step"], data["resumes"]) == ("in_progress", "step1_inputs", [])
 
 
-def test_started_step_is_saved_as_the_current_step(run: RunState):
+def test_started_step_is_saved_as_the_current_step(run: Lifecycle):
     run.begin_step("step1_inputs")
     data = saved(run)
     assert data["current_step"] == "step1_inputs"
     assert data["steps"][0]["started_at"] is not None and data["steps"][0]["ended_at"] is None
 
 
-def test_passed_steps_move_current_step_to_the_next_one(run: RunState):
+def test_passed_steps_move_current_step_to_the_next_one(run: Lifecycle):
     run.begin_step("step1_inputs")
-    run.add_evidence(checked=True)
+    run.recorder.add_evidence(checked=True)
     run.end_step("step1_inputs", "passed")
     data = saved(run)
     assert data["status"] == "in_progress" and data["current_step"] == "step2_validate"
@@ -316,13 +317,12 @@ def test_passed_steps_move_current_step_to_the_next_one(run: RunState):
     assert data["steps"][0]["duration_s"] >= 0
 
 
-def test_blocked_step_blocks_every_later_step_with_its_reason(run: RunState):
+def test_blocked_step_blocks_every_later_step_with_its_reason(run: Lifecycle):
     run.begin_step("step1_inputs")
     run.end_step("step1_inputs", "passed")
     run.begin_step("step2_validate")
-    with pytest.raises(StepBlocked) as info:
-        run.block("namespace", "namespace dynamo-demo not found", "create it")
-    run.end_step("step2_validate", "blocked", str(info.value))
+    # A missing prerequisite raised by the step, ended as the ledger plugin ends it.
+    run.stop_step("step2_validate", StepBlocked("namespace", "namespace dynamo-demo not found", "create it"))
     assert run.blocked_reason("step3_retire_previous") == (
         "blocked by step2_validate: namespace dynamo-demo not found; fix: create it")
     data = saved(run)
@@ -331,21 +331,21 @@ def test_blocked_step_blocks_every_later_step_with_its_reason(run: RunState):
                                  "message": "namespace dynamo-demo not found", "fix": "create it"}]
 
 
-def test_failed_step_makes_the_ledger_failed(run: RunState):
+def test_failed_step_makes_the_ledger_failed(run: Lifecycle):
     run.begin_step("step1_inputs")  # a failed step is a failed attempt (tests/unit/test_outcomes.py)
     run.end_step("step1_inputs", "failed", "StepFailure: crash loop")
     assert saved(run)["status"] == "failed"
     assert run.blocked_reason("step2_validate") == "blocked by step1_inputs: StepFailure: crash loop"
 
 
-def test_a_step_that_did_not_run_blocks_the_later_ones(run: RunState):
+def test_a_step_that_did_not_run_blocks_the_later_ones(run: Lifecycle):
     run.end_step("step1_inputs", "passed")
     assert run.blocked_reason("step2_validate") is None
     assert run.blocked_reason("step3_retire_previous") == (
         "blocked by step2_validate: not run (its test module is missing or was deselected)")
 
 
-def test_all_steps_passed_or_self_skipped_is_ready(run: RunState):
+def test_all_steps_passed_or_self_skipped_is_ready(run: Lifecycle):
     for name in STEP_NAMES:
         if name == "step3_retire_previous":
             run.skip_step(name, "iteration 0 has nothing to retire")
@@ -354,7 +354,7 @@ def test_all_steps_passed_or_self_skipped_is_ready(run: RunState):
     assert (saved(run)["status"], saved(run)["current_step"]) == ("ready", "step7_smoke")
 
 
-def test_the_schema_is_checked_where_a_step_ends_and_at_session_end(run: RunState):
+def test_the_schema_is_checked_where_a_step_ends_and_at_session_end(run: Lifecycle):
     run.begin_step("step1_inputs")
     run.ledger.data["gpus_requested"] = "8"  # a step breaking the ledger's shape
     run.save()
@@ -367,17 +367,17 @@ def test_the_schema_is_checked_where_a_step_ends_and_at_session_end(run: RunStat
     assert saved_unchecked(run)["session"]["finished_at"] is None
 
 
-def test_mutating_commands_are_saved_at_once(run: RunState):
-    run.record_command(Command("kubectl --context c get ns x", "read", "2026-06-01T12:00:00Z", "ok"))
+def test_mutating_commands_are_saved_at_once(run: Lifecycle):
+    run.recorder.command(Command("kubectl --context c get ns x", "read", "2026-06-01T12:00:00Z", "ok"))
     assert saved(run)["commands"] == []
-    run.record_command(Command("kubectl --context c apply -f x", "mutate", "2026-06-01T12:00:01Z", "ok"))
+    run.recorder.command(Command("kubectl --context c apply -f x", "mutate", "2026-06-01T12:00:01Z", "ok"))
     assert [c["kind"] for c in saved(run)["commands"]] == ["read", "mutate"]
 
 
 def test_refused_input_without_a_directory_writes_no_ledger(tmp_path: Path):
     settings = Settings(iteration=0, exp_root=tmp_path, workload=tmp_path / "w", workload_sha256="a" * 64,
                         dgd=tmp_path / "d", dgd_sha256="b" * 64, provenance="user-interviewer")
-    state = RunState.create(settings)
+    state = Lifecycle.create(settings)
     state.refuse_input("step1_inputs", InputError("--workload w", "file not found", "pass it"))
     state.end_step("step1_inputs", "blocked", "x")
     assert state.ledger_path is None
@@ -385,12 +385,12 @@ def test_refused_input_without_a_directory_writes_no_ledger(tmp_path: Path):
     assert state.ledger.data["blockers"][0]["message"] == "--workload w: file not found"
 
 
-def test_resume_keeps_the_history_of_the_earlier_run(run: RunState, tmp_path: Path):
-    run.record_command(Command("kubectl --context c apply -f x", "mutate", "2026-06-01T12:00:01Z", "ok"))
+def test_resume_keeps_the_history_of_the_earlier_run(run: Lifecycle, tmp_path: Path):
+    run.recorder.command(Command("kubectl --context c apply -f x", "mutate", "2026-06-01T12:00:01Z", "ok"))
     run.ledger.add_failed_attempt("step6_readiness", "crash", "CrashLoopBackOff", "OOM")
     run.end_step("step1_inputs", "blocked", "why")
     earlier = saved(run)
-    again = RunState.create(run.settings)
+    again = Lifecycle.create(run.settings)
     again.attach_directory(tmp_path / "artifacts" / "deploy-iter-000", True, earlier)
     data = saved(again)
     assert len(data["commands"]) == 1 and len(data["failed_attempts"]) == 1
@@ -399,7 +399,7 @@ def test_resume_keeps_the_history_of_the_earlier_run(run: RunState, tmp_path: Pa
     assert data["status"] == "in_progress" and data["steps"][0]["outcome"] == "not_run"
 
 
-def test_a_resume_keeps_the_copies_recorded_hashes_until_step_1_records_them_again(run: RunState, tmp_path: Path):
+def test_a_resume_keeps_the_copies_recorded_hashes_until_step_1_records_them_again(run: Lifecycle, tmp_path: Path):
     # A resume refused in step 1 (a hand-edited copy) must not forget what the copies were: the
     # next rerun compares against the same hashes and refuses again instead of recopying silently.
     entry = {"type": "deploy", "path": "artifacts/deploy-iter-000/applied_manifests/deploy.yaml",
@@ -407,7 +407,7 @@ def test_a_resume_keeps_the_copies_recorded_hashes_until_step_1_records_them_aga
              "sha256": "c" * 64, "source_sha256": "d" * 64}
     run.ledger.data["applied_manifests"] = [entry]
     run.end_step("step1_inputs", "passed")
-    again = RunState.create(run.settings)
+    again = Lifecycle.create(run.settings)
     again.attach_directory(tmp_path / "artifacts" / "deploy-iter-000", True, saved(run))
     again.refuse_input("step1_inputs", InputError("run-scoped copy x", "was edited", "remove it"))
     again.end_step("step1_inputs", "blocked", "edited")

@@ -1,4 +1,4 @@
-"""How a stopped step ends (deploy_suite.procedure.stops, RunState.stop_step; docs/procedure.md
+"""How a stopped step ends (deploy_suite.procedure.stops, Lifecycle.stop_step; docs/procedure.md
 "Outcomes"): ``failed`` only for a failed attempt, ``blocked`` with its class for everything else;
 and ledgers written before that rule, which still render and count as they did."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from deploy_suite import cli, clock
 from deploy_suite.errors import Forbidden, StepBlocked, StepFailure, WaitTimeout
+from deploy_suite.plugins.lifecycle import Lifecycle
 from deploy_suite.procedure import stops
-from deploy_suite.procedure.runstate import RunState
 from deploy_suite.record import budget, experiment, ledger
 from deploy_suite.vocab import BlockerClass, FailureCategory, StepOutcome, TriageCategory
 
@@ -72,9 +72,9 @@ def test_a_support_jobs_pod_that_can_never_run_is_the_jobs_blocker_not_a_failed_
 
 
 @pytest.fixture
-def run(run_state: RunState) -> RunState:
+def run(lifecycle: Lifecycle) -> Lifecycle:
     """A run whose steps 1 to 5 passed, in step 6."""
-    state = run_state
+    state = lifecycle
     for name in ("step1_inputs", "step2_validate", "step3_retire_previous", "step4_support_manifests",
                  "step5_apply"):
         state.begin_step(name)
@@ -83,14 +83,14 @@ def run(run_state: RunState) -> RunState:
     return state
 
 
-def saved(run: RunState) -> dict[str, Any]:
+def saved(run: Lifecycle) -> dict[str, Any]:
     assert run.ledger_path is not None
     data: dict[str, Any] = json.loads(run.ledger_path.read_text())
     ledger.validate(data)
     return data
 
 
-def test_a_failed_attempt_fails_the_run_and_is_recorded_once(run: RunState) -> None:
+def test_a_failed_attempt_fails_the_run_and_is_recorded_once(run: Lifecycle) -> None:
     line = run.stop_step("step6_readiness", StepFailure("pods can never schedule: untolerated taint",
                                                         TriageCategory.FAILED_DEPLOY, ["0/4 nodes"],
                                                         failed_attempt=True))
@@ -104,7 +104,7 @@ def test_a_failed_attempt_fails_the_run_and_is_recorded_once(run: RunState) -> N
     assert run.blocked_reason("step7_smoke") == f"blocked by step6_readiness: {line}"
 
 
-def test_no_progress_blocks_the_run_with_its_class_and_charges_nothing(run: RunState) -> None:
+def test_no_progress_blocks_the_run_with_its_class_and_charges_nothing(run: Lifecycle) -> None:
     error = StepFailure("no progress for 900s (timeouts.readiness_no_progress_s 900s)", FailureCategory.NO_PROGRESS)
     line = run.stop_step("step6_readiness", error)
     data = saved(run)
@@ -121,7 +121,7 @@ def test_no_progress_blocks_the_run_with_its_class_and_charges_nothing(run: RunS
     assert "." in stopped_at and -1 < gap.total_seconds() <= 1, stopped_at
 
 
-def test_a_harness_error_blocks_as_an_unclassified_error(run: RunState) -> None:
+def test_a_harness_error_blocks_as_an_unclassified_error(run: Lifecycle) -> None:
     run.stop_step("step6_readiness", RuntimeError("boom"))
     data = saved(run)
     assert data["status"] == "blocked" and data["blockers"][0]["class"] == "error"

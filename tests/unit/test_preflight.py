@@ -15,12 +15,12 @@ from deploy_suite.model.dgd import load_dgd
 from deploy_suite.model.files import sha256_file
 from deploy_suite.procedure import validate
 from deploy_suite.procedure.compat import Finding, Patch
-from deploy_suite.procedure.runstate import RunState
 from deploy_suite.procedure.settings import Settings
 from deploy_suite.procedure.validate import Preflight, ValidationInputs, ValidationReport
 from deploy_suite.procedure.workspace import PreviousDeployment
 from deploy_suite.record.ledger import Ledger
 from deploy_suite.record.resume import Carried
+from tests.unit import lifecycles
 
 CONTEXT = "ctx-a"
 
@@ -38,7 +38,7 @@ def settings(tmp_path: Path, storage_class: str | None = None, served_model: str
 
 
 def fake_run(tmp_path: Path, *, storage_class: str | None = None, served_model: str | None = None) -> Any:
-    """What preflight() reads of the RunState, for iteration 1 of an experiment with three ledgers:
+    """What preflight() reads of the StepContext, for iteration 1 of an experiment with three ledgers:
     iteration 0 (live, retired by step 3), iteration 2 (live) and iteration 3 (torn down)."""
     exp = tmp_path.resolve()
     artifacts = exp / "artifacts"
@@ -59,7 +59,7 @@ def fake_run(tmp_path: Path, *, storage_class: str | None = None, served_model: 
                                   "old", CONTEXT, "old-ns", "ready")
     return SimpleNamespace(settings=settings(tmp_path, storage_class, served_model), exp_root=exp,
                            deploy_root=artifacts / "deploy-iter-001", workload=workload, previous=previous,
-                           manifests=manifests, namespace="ns", current="step2_validate",
+                           manifests=manifests, namespace="ns", step="step2_validate",
                            carried=Carried())
 
 
@@ -136,17 +136,16 @@ def test_one_blocker_is_raised_as_it_is_and_none_raises_nothing() -> None:
 
 
 def test_recording_a_blocked_preflight_writes_the_step2_sections_as_the_plugin_does(tmp_path: Path) -> None:
-    run = RunState.create(settings(tmp_path))
-    run.begin_step("step2_validate")
+    run = lifecycles.started(settings(tmp_path), "step2_validate").context
     result = Preflight(blocked_report(), "m", "d-frontend", ["deploy-iter-002:other"])
     stop = result.blocked()
     assert stop is not None
 
     # What plugins/ledger.py does with a StepBlocked carrying a result: record it, then the blocker.
     run.record(stop.result)  # type: ignore[arg-type]
-    run.ledger.add_blocker("step2_validate", stop.category, stop.message, stop.fix)
+    run.recorder.ledger.add_blocker("step2_validate", stop.category, stop.message, stop.fix)
 
-    data = run.ledger.data
+    data = run.recorder.ledger.data
     assert data["patches"] == [{"file": "applied_manifests/deploy.yaml", "change": "add toleration",
                                 "reason": "tainted GPU nodes", "at": data["patches"][0]["at"], "changes": [],
                                 "evidence": {}, "source": "automatic"}]
@@ -161,7 +160,8 @@ def test_recording_a_blocked_preflight_writes_the_step2_sections_as_the_plugin_d
         ("secret", "secret hf missing"), ("pinned", "knob changed"),
         ("gpu-capacity", "GPU capacity insufficient: 8 > 4 (and 2 more blocker(s) in the ledger)")]
     assert {b["step"] for b in data["blockers"]} == {"step2_validate"}
-    assert run.evidence == {"capacity": "insufficient", "blockers": 3, "patches": 1, "warnings": ["fragmented"]}
+    assert run.recorder.evidence == {"capacity": "insufficient", "blockers": 3, "patches": 1,
+                                     "warnings": ["fragmented"]}
     assert run.result(Preflight) is result
 
 
@@ -182,11 +182,10 @@ def test_a_spent_budget_blocks_step2_last_and_the_budget_section_is_recorded(
     assert isinstance(result, Preflight) and result.budget is not None
     assert result.budget["max_failed_deploys"]["spent"] and result.budget["blocked"] == ["budget"]
 
-    state = RunState.create(settings(tmp_path))
-    state.begin_step("step2_validate")
+    state = lifecycles.started(settings(tmp_path), "step2_validate").context
     state.record(result)
-    assert state.ledger.data["budget"] == result.budget
-    assert state.ledger.data["preflight"]["blockers"] == ["secret", "budget"]
+    assert state.recorder.ledger.data["budget"] == result.budget
+    assert state.recorder.ledger.data["preflight"]["blockers"] == ["secret", "budget"]
 
 
 def test_the_ledger_hashes_the_copies_as_step_2_leaves_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,11 +217,10 @@ def test_a_baseline_that_cannot_be_found_makes_pinned_ok_false(tmp_path: Path) -
     assert finding.category == "pinned" and "'inputs/user_provided_dgd.yaml' names no file" in finding.message
     assert "deployment.dgd_sha256" in finding.fix
 
-    run = RunState.create(settings(tmp_path))
-    run.begin_step("step2_validate")
+    run = lifecycles.started(settings(tmp_path), "step2_validate").context
     run.record(Preflight(gate.report, None, None, []))
-    assert run.ledger.data["preflight"]["pinned_ok"] is False
-    assert run.ledger.data["preflight"]["pinned"]["baseline"]["verified"] is False
+    assert run.recorder.ledger.data["preflight"]["pinned_ok"] is False
+    assert run.recorder.ledger.data["preflight"]["pinned"]["baseline"]["verified"] is False
 
 
 @pytest.mark.parametrize("pinned", [["router_mode_v2", "max_batch_tokens"], None])

@@ -13,7 +13,7 @@ from deploy_suite import cli
 from deploy_suite.fixtures.experiments.make_experiment import SAMPLE_ROOT
 from deploy_suite.fixtures.experiments.synthetic import write_synthetic_experiment
 from deploy_suite.model.dgd import load_dgd, parse_dgd
-from deploy_suite.procedure.runstate import STEP_NAMES
+from deploy_suite.procedure.registry import STEP_NAMES
 from deploy_suite.record import ledger
 from deploy_suite.reports import dgd_diff
 from deploy_suite.reports import experiment as report_experiment

@@ -120,7 +120,7 @@ def test_a_rerun_after_step_5_keeps_its_own_dgd_of_the_same_name(fake, tmp_path:
     result = retired.retired
     assert result is not None and (result.action, result.existed, result.torn_down_at) == ("own-dgd-live", False, T0)
     assert prev_ledger(previous)["torn_down_at"] == T0  # untouched
-    section = run.ledger.data["retired_previous"]  # the earlier run's deletion is kept, the rerun beside it
+    section = run.recorder.ledger.data["retired_previous"]  # the earlier run's deletion is kept, the rerun beside it
     assert section["existed"] is True and section["rerun"]["action"] == "own-dgd-live"
 
 
@@ -137,7 +137,7 @@ def test_a_previous_dgd_already_gone_gets_torn_down_at_at_the_observation(fake, 
     assert result is not None and result.action == "already-gone" and result.pods_gone_at
     assert prev_ledger(previous) == {**before, "torn_down_at": result.pods_gone_at}  # the only change there
     assert result.torn_down_at == result.pods_gone_at and result.note == ""
-    basis = run.ledger.data["retired_previous"]["torn_down_basis"]
+    basis = run.recorder.ledger.data["retired_previous"]["torn_down_basis"]
     assert basis["source"] == "observed-gone" and basis["exact"] is False and "upper bound" in basis["explanation"]
     # A rerun of iteration 1 leaves it as written.
     base = tmp_path / "again"
@@ -225,13 +225,13 @@ def test_the_previous_dgd_by_its_recorded_uid_is_deleted_and_the_deletion_saved_
     api, kube, _ = fake
     previous = previous_iteration(tmp_path, uid="uid-iter-0")
     run = make_run(tmp_path, iteration=1, previous=previous)
-    run.ledger.path = run.deploy_root / ledger.LEDGER_NAME
+    run.recorder.ledger.path = run.deploy_root / ledger.LEDGER_NAME
     api.put(DGD, with_uid(fakekube.dgd("demo", NS, manager=kube.field_manager), "uid-iter-0"))
     saved: list[dict[str, Any]] = []
     original = retire._wait_gone
 
     def spy(*args: Any) -> None:
-        saved.append(json.loads(run.ledger.path.read_text())["retired_previous"])  # type: ignore[union-attr]
+        saved.append(json.loads(run.recorder.ledger.path.read_text())["retired_previous"])  # type: ignore[union-attr]
         original(*args)
 
     retire._wait_gone = spy  # type: ignore[assignment]
@@ -250,15 +250,16 @@ def test_apply_records_its_uid_and_a_reapply_after_a_teardown_opens_a_new_interv
     api, kube, _ = fake
     run = make_run(tmp_path, step="step5_apply")
     run.record(apply.apply(run, kube))
-    first = run.ledger.data["applied_dgd"]
+    first = run.recorder.ledger.data["applied_dgd"]
     assert first["uid"] and (first["name"], first["namespace"], first["kube_context"]) == ("demo", NS, "fake-ctx")
     apply.apply(run, kube)  # the same live DGD: server-side apply keeps it
-    assert run.ledger.data["applied_dgd"]["uid"] == first["uid"] and run.ledger.data["reapplies"] == []
+    data = run.recorder.ledger.data
+    assert data["applied_dgd"]["uid"] == first["uid"] and data["reapplies"] == []
     # Torn down (step 6 failed), then a rerun re-applies: a new DGD, torn_down_at reset.
     api.objects[("/apis/nvidia.com/v1alpha1", "dynamographdeployments")].clear()
     carry(run, allocated_at=T0, allocations=[{"allocated_at": T0, "released_at": None}], torn_down_at=T1)
     apply.apply(run, kube)
-    data = run.ledger.data
+    data = run.recorder.ledger.data
     assert data["applied_dgd"]["uid"] != first["uid"] and data["torn_down_at"] is None
     assert data["allocations"] == [{"allocated_at": T0, "released_at": T1}]
     assert [(r["reason"], r["torn_down_at"]) for r in data["reapplies"]] == [("re-applied after a teardown", T1)]
@@ -323,13 +324,13 @@ def test_a_rerun_finds_its_own_dgd_gone_writes_torn_down_at_and_the_reapply_clos
     finished = retire.finish_own_teardown(run, kube)
     assert finished is not None and api.of("DELETE") == []
     run.record(finished)
-    data = run.ledger.data
+    data = run.recorder.ledger.data
     gone = data["torn_down_at"]
     assert gone and gone == finished.allocations.torn_down_at
     assert data["allocations"] == [{"allocated_at": START, "released_at": None}]  # ended by torn_down_at
     assert resume.gpu_hours(data, "2099-01-01T00:00:00Z") == resume.gpu_hours(data) == 2.0  # stopped growing
     (found,) = [d["own_dgd_found_gone"] for d in data["diagnostics"]]
-    assert found["torn_down_at"] == gone and run.evidence["own_dgd_found_gone"] == found
+    assert found["torn_down_at"] == gone and run.recorder.evidence["own_dgd_found_gone"] == found
     basis = found["torn_down_basis"]
     assert basis["source"] == "observed-gone" and basis["exact"] is False
     assert f"this iteration's step 6 teardown (deleting at {ASKED}" in basis["explanation"]
@@ -357,7 +358,7 @@ def test_a_rerun_whose_own_dgd_is_live_writes_nothing(fake, tmp_path: Path) -> N
     api.put(DGD, with_uid(fakekube.dgd("demo", NS, manager=kube.field_manager), "uid-own"))
     run = interrupted(tmp_path)  # killed before the delete: the DGD still holds its GPUs
     assert retire.finish_own_teardown(run, kube) is None
-    assert [r.method for r in api.requests] == ["GET"] and run.ledger.data["torn_down_at"] is None
+    assert [r.method for r in api.requests] == ["GET"] and run.recorder.ledger.data["torn_down_at"] is None
 
 
 def test_own_pods_still_terminating_are_awaited_and_the_basis_is_exact(fake, tmp_path: Path) -> None:
@@ -377,7 +378,7 @@ def test_own_pods_that_outlast_the_wait_leave_the_gpus_counted(fake, tmp_path: P
     api.put(POD, pod("demo-worker-0", NS, labels=DGD_LABEL))  # the fake's garbage collector is off
     run = make_run(tmp_path, step="step2_validate", retire_s=1)
     carry(run, applied_dgd=OWN, allocations=[{"allocated_at": START, "released_at": None}], teardown=DELETING)
-    assert retire.finish_own_teardown(run, kube) is None and run.ledger.data.get("torn_down_at") is None
+    assert retire.finish_own_teardown(run, kube) is None and run.recorder.ledger.data.get("torn_down_at") is None
 
 
 def test_a_failed_attempt_is_the_last_word_only_until_a_run_ends_ready() -> None:

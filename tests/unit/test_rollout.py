@@ -1,4 +1,4 @@
-"""Steps 3 to 6 (deploy_suite.procedure.rollout) against the in-memory apiserver, with a real RunState and
+"""Steps 3 to 6 (deploy_suite.procedure.rollout) against the in-memory apiserver, with a real StepContext and
 ledger: what each step does on the cluster, the typed result, and what its record writes."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import pytest
 
 from deploy_suite.access.kube import DGD, KNOWN, Kube
 from deploy_suite.errors import Forbidden, StepBlocked, StepFailure, WaitTimeout
+from deploy_suite.plugins.lifecycle import Lifecycle
 from deploy_suite.procedure import apply, readiness, retire, stops, support, waits
-from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.context import StepContext
 from deploy_suite.procedure.settings import Settings, Timeouts
 from deploy_suite.procedure.workspace import PreviousDeployment
 from deploy_suite.record import ledger, resume
@@ -62,8 +63,18 @@ def fake() -> Iterator[tuple[FakeApi, Kube, list]]:
 
 def make_run(tmp_path: Path, *, iteration: int = 0, previous: Any = None, support: dict[str, str] | None = None,
              keep_on_failure: bool = False, step: str = "step3_retire_previous",
-             support_order: tuple[str, ...] = (), **timeouts: float) -> RunState:
-    """A real RunState whose step 1 result is a stand-in with what steps 3-6 read."""
+             support_order: tuple[str, ...] = (), **timeouts: float) -> StepContext:
+    """A real StepContext whose step 1 result is a stand-in with what steps 3-6 read."""
+    return make_lifecycle(tmp_path, iteration=iteration, previous=previous, support=support,
+                          keep_on_failure=keep_on_failure, step=step, support_order=support_order,
+                          **timeouts).context
+
+
+def make_lifecycle(tmp_path: Path, *, iteration: int = 0, previous: Any = None,
+                   support: dict[str, str] | None = None, keep_on_failure: bool = False,
+                   step: str = "step3_retire_previous", support_order: tuple[str, ...] = (),
+                   **timeouts: float) -> Lifecycle:
+    """make_run's lifecycle, for a test that ends the step as the ledger plugin does."""
     deploy_root = tmp_path / "artifacts" / f"deploy-iter-{iteration:03d}"
     copies = deploy_root / "applied_manifests"
     copies.mkdir(parents=True)
@@ -76,20 +87,21 @@ def make_run(tmp_path: Path, *, iteration: int = 0, previous: Any = None, suppor
                         workload_sha256="0" * 64, dgd=tmp_path / "dgd.yaml", dgd_sha256="0" * 64,
                         provenance="user-interviewer", keep_on_failure=keep_on_failure,
                         support_order=support_order, timeouts=Timeouts(**timeouts))
-    run = RunState.create(settings)
+    lifecycle = Lifecycle.create(settings)
     workload = SimpleNamespace(namespace=NS, kube_context="fake-ctx", max_failed_deploys=None)
-    run.prepared = SimpleNamespace(exp_root=tmp_path, deploy_root=deploy_root, workload=workload, dgd_name="demo",
-                                   previous=previous, manifest_paths=lambda: manifests)  # type: ignore[assignment]
-    run.begin_step(step)
-    return run
+    lifecycle.context.prepared = SimpleNamespace(  # type: ignore[assignment]
+        exp_root=tmp_path, deploy_root=deploy_root, workload=workload, dgd_name="demo",
+        previous=previous, manifest_paths=lambda: manifests)
+    lifecycle.begin_step(step)
+    return lifecycle
 
 
-def carry(run: RunState, **sections: Any) -> None:
+def carry(run: StepContext, **sections: Any) -> None:
     """What an earlier run of this iteration left: in the ledger (as attach_directory carries it)
     and in the typed state step 1 reads of it (``run.carried``)."""
     for name, value in sections.items():
-        run.ledger.set_section(name, value)
-    run.carried = resume.Carried.of({**run.ledger.data, **sections})
+        run.recorder.ledger.set_section(name, value)
+    run.carried = resume.Carried.of({**run.recorder.ledger.data, **sections})
 
 
 def fail_with_result(call) -> tuple[BaseException, Any]:
@@ -110,8 +122,8 @@ def test_retire_at_iteration_0_records_the_context_and_touches_no_cluster(fake, 
     change = retired.context_change
     assert change is not None and (change["from"], change["to"]) == (None, "fake-ctx")
     assert 'cluster_context: "fake-ctx"' in (tmp_path / "manifest.yaml").read_text()
-    assert run.evidence == {"manifest_context_update": change}
-    assert run.ledger.data["retired_previous"] is None
+    assert run.recorder.evidence == {"manifest_context_update": change}
+    assert run.recorder.ledger.data["retired_previous"] is None
 
 
 def previous_iteration(tmp_path: Path, context: str = "fake-ctx", uid: str | None = None,
@@ -129,7 +141,7 @@ def test_retire_deletes_only_the_previous_dgd_and_waits_for_it_and_its_pods(fake
     (tmp_path / "manifest.yaml").write_text("cluster_context: fake-ctx\n")
     run = make_run(tmp_path, iteration=1, previous=previous_iteration(tmp_path))
     progress: list[str] = []
-    run.progress_sink = progress.append
+    run.recorder.sink = progress.append
     api.put(DGD, fakekube.dgd("demo", NS))
     for name in ("demo-worker-0", "demo-frontend-0"):
         api.put(POD, pod(name, NS, labels=DGD_LABEL))
@@ -153,7 +165,7 @@ def test_retire_deletes_only_the_previous_dgd_and_waits_for_it_and_its_pods(fake
     old = json.loads((tmp_path / "artifacts" / "deploy-iter-000" / ledger.LEDGER_NAME).read_text())
     # torn_down_at is when the GPUs were freed: the pods gone, not the delete request.
     assert old == {"status": "ready", "torn_down_at": result.pods_gone_at, "dgd_name": "demo", "keep": [1, 2]}
-    section = run.ledger.data["retired_previous"]
+    section = run.recorder.ledger.data["retired_previous"]
     assert section == {**result.as_dict(), "ledger": "artifacts/deploy-iter-000/deployment_ledger.json",
                        "passed_over": []}
     assert set(section) == {"dgd", "namespace", "kube_context", "deleted_at", "existed", "pods_gone_at", "ledger",
@@ -162,7 +174,7 @@ def test_retire_deletes_only_the_previous_dgd_and_waits_for_it_and_its_pods(fake
     assert section["ownership"] == "ours" and section["torn_down_basis"] is None
     assert result.kept_claims == []
     assert result.action == "deleted" and result.torn_down_at == result.pods_gone_at
-    assert run.evidence == result.as_dict()
+    assert run.recorder.evidence == result.as_dict()
 
 
 def test_retire_uses_the_previous_iterations_own_context(fake, tmp_path: Path, monkeypatch) -> None:
@@ -179,8 +191,8 @@ def test_retire_uses_the_previous_iterations_own_context(fake, tmp_path: Path, m
     run = make_run(tmp_path, iteration=1, previous=previous_iteration(tmp_path, context="old-ctx"))
     run.record(retire.retire(run, kube))
     assert [k.context for k in made] == ["old-ctx"] and other.closed
-    assert other.of("DELETE") and run.ledger.data["retired_previous"]["kube_context"] == "old-ctx"
-    deletes = [c["command"] for c in run.ledger.data["commands"] if c["kind"] == "mutate"]
+    assert other.of("DELETE") and run.recorder.ledger.data["retired_previous"]["kube_context"] == "old-ctx"
+    deletes = [c["command"] for c in run.recorder.ledger.data["commands"] if c["kind"] == "mutate"]
     assert deletes == [f"kubectl --context old-ctx delete dynamographdeployments.nvidia.com demo -n {NS} "
                        "--wait=false --cascade=background"]
     assert records == []  # nothing went through the current context's client
@@ -194,7 +206,7 @@ def test_a_retire_that_times_out_keeps_the_context_evidence(fake, tmp_path: Path
     api.put(POD, pod("stuck", NS, labels=DGD_LABEL))
     with pytest.raises(WaitTimeout, match=r"pods labelled nvidia\.com/dynamo-graph-deployment-name=demo"):
         retire.retire(run, kube)
-    assert "manifest_context_update" in run.evidence
+    assert "manifest_context_update" in run.recorder.evidence
     assert json.loads(previous.ledger_path.read_text())["torn_down_at"] is None
 
 
@@ -205,7 +217,7 @@ def test_no_support_manifests_is_an_empty_result_with_no_evidence(fake, tmp_path
     api, kube, _ = fake
     run = make_run(tmp_path, step="step4_support_manifests")
     result = run.record(support.support(run, kube))
-    assert result.applied == [] and api.requests == [] and run.evidence == {}
+    assert result.applied == [] and api.requests == [] and run.recorder.evidence == {}
 
 
 def cache_and_download(api: FakeApi, binding: str = "Immediate") -> None:
@@ -224,7 +236,7 @@ def test_support_applies_in_order_waits_for_the_claim_and_the_job(fake, tmp_path
     assert [p.path.rsplit("/", 2)[1] for p in api.of("PATCH")] == ["persistentvolumeclaims", "jobs"]
     assert api.watches_left() == 0
     assert [j.job for j in result.jobs] == ["model-download"] and result.jobs[0].outcome == "Complete"
-    assert run.evidence == {
+    assert run.recorder.evidence == {
         "order": {"types": ["model-cache", "model-download"], "by": "procedure"},
         "applied": ["artifacts/deploy-iter-000/applied_manifests/model-cache.yaml",
                     "artifacts/deploy-iter-000/applied_manifests/model-download.yaml"],
@@ -257,9 +269,9 @@ def test_the_handoffs_support_order_is_followed_each_manifest_done_before_the_ne
     assert steps == [("PATCH", "model-validate"), ("GET", "metadata.name=model-validate"),
                      ("PATCH", "model-download"), ("GET", "metadata.name=model-download")]
     assert [j.job for j in result.jobs] == ["model-validate", "model-download"]
-    assert run.evidence["order"] == {"types": ["model-cache", "model-validate", "model-download"],
+    assert run.recorder.evidence["order"] == {"types": ["model-cache", "model-validate", "model-download"],
                                      "by": "handoff support_order"}
-    assert [p.rsplit("/", 1)[1] for p in run.evidence["applied"]] == [
+    assert [p.rsplit("/", 1)[1] for p in run.recorder.evidence["applied"]] == [
         "model-cache.yaml", "model-validate.yaml", "model-download.yaml"]
 
 
@@ -278,7 +290,7 @@ def test_a_claim_whose_class_cannot_be_read_is_not_awaited_and_the_ledger_says_s
     run = make_run(tmp_path, step="step4_support_manifests", support={"model-cache": CACHE})
     result = run.record(support.support(run, kube))
     assert not api.of("WATCH") and result.pvcs == {"model-cache": None}
-    (said,) = run.ledger.data["limitations"]
+    (said,) = run.recorder.ledger.data["limitations"]
     assert said.startswith("PVC model-cache: its storage class may not be read by this identity (forbidden)")
     assert "not awaited as Immediate in step 4" in said
 
@@ -320,8 +332,8 @@ def test_a_failed_job_fails_fast_keeps_its_log_and_carries_the_diagnostic(fake, 
                           "last log lines: Fetching 10 files\nKeyError: MODEL_REVISION")
     log = run.deploy_root / "logs" / "job-model-download.log"
     assert log.read_text() == "Fetching 10 files\nKeyError: MODEL_REVISION\n"
-    assert run.record(partial) is partial and run.evidence == {}
-    (diagnostic,) = run.ledger.data["diagnostics"]
+    assert run.record(partial) is partial and run.recorder.evidence == {}
+    (diagnostic,) = run.recorder.ledger.data["diagnostics"]
     assert diagnostic == {"step": "step4_support_manifests", "job": "model-download", "message": str(error),
                           "log_excerpt": "Fetching 10 files\nKeyError: MODEL_REVISION",
                           "log_file": "artifacts/deploy-iter-000/logs/job-model-download.log"}
@@ -368,7 +380,7 @@ def test_a_failed_jobs_log_is_redacted_in_the_file_and_the_ledger(fake, tmp_path
     assert token not in log and "GatedRepoError: 401" in log
     assert token not in str(error)
     run.record(partial)
-    assert token not in json.dumps(run.ledger.data)
+    assert token not in json.dumps(run.recorder.ledger.data)
 
 
 def test_a_job_that_never_completes_times_out(fake, tmp_path: Path) -> None:
@@ -393,10 +405,11 @@ def test_apply_applies_deploy_yaml_and_records_gpus_and_cleanup(fake, tmp_path: 
     assert api.of("PATCH")[0].path == f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/dynamographdeployments/demo"
     assert records[0].command.endswith(f"get dynamographdeployments.nvidia.com demo -n {NS} -o json")
     assert records[1].command.endswith("-n demo -f artifacts/deploy-iter-000/applied_manifests/deploy.yaml")
-    data = run.ledger.data
+    data = run.recorder.ledger.data
     assert data["gpus_requested"] == 1
     assert data["cleanup_commands"] == [f"kubectl --context fake-ctx delete dynamographdeployment demo -n {NS}"]
-    assert run.evidence == {"applied": ["DynamoGraphDeployment/demo"], "gpus_requested": 1, "dgd_before": "absent"}
+    assert run.recorder.evidence == {"applied": ["DynamoGraphDeployment/demo"], "gpus_requested": 1,
+                                     "dgd_before": "absent"}
     # Applied with the experiment's field manager: what ownership reads back (managedFields).
     assert api.of("PATCH")[0].query["fieldManager"] == kube.field_manager
 
@@ -419,8 +432,8 @@ def test_the_apply_goes_over_this_experiments_own_dgd(fake, tmp_path: Path) -> N
     applied = apply.apply(run, kube)
     assert applied.owner_before == "ours" and len(api.of("PATCH")) == 1
     # The ledger names the manager that marks the DGD as the experiment's (the report shows it).
-    assert run.ledger.data["applied_dgd"]["field_manager"] == kube.field_manager
-    ledger.validate(run.ledger.data)
+    assert run.recorder.ledger.data["applied_dgd"]["field_manager"] == kube.field_manager
+    ledger.validate(run.recorder.ledger.data)
 
 
 def test_retire_deletes_a_dgd_another_tool_applied_when_its_ledger_names_it(fake, tmp_path: Path) -> None:
@@ -460,7 +473,7 @@ def test_readiness_waits_for_the_dgd_and_every_pod_and_records_the_engagement(fa
     api, kube, _ = fake
     serving(api)
     run = make_run(tmp_path, step="step6_readiness")
-    run.ledger.path = tmp_path / "ledger.json"
+    run.recorder.ledger.path = tmp_path / "ledger.json"
     ready = run.record(readiness.readiness(run, kube))
     assert api.watches_left() == 0
     assert (ready.state, ready.dgd_state, ready.ready_condition, ready.ready_reason) == (
@@ -468,16 +481,16 @@ def test_readiness_waits_for_the_dgd_and_every_pod_and_records_the_engagement(fa
     assert ready.components == {
         "Frontend": {"expected": 1, "ready": 1, "pods": ["demo-frontend-0"], "nodes": ["cpu-0"]},
         "VllmDecodeWorker": {"expected": 1, "ready": 1, "pods": ["demo-worker-0"], "nodes": ["h200-0"]}}
-    data = run.ledger.data
+    data = run.recorder.ledger.data
     assert data["readiness"] == ready.as_dict() and list(data["readiness"]) == [
         "state", "dgd_state", "ready_condition", "ready_reason", "components", "allocated_at", "contention",
         "diagnosis", "evidence", "seconds", "last_progress", "generation_rule", "reconcile_errors",
         "verdict_at"]
     assert data["allocated_at"] == ready.allocated_at
-    assert json.loads(run.ledger.path.read_text())["allocated_at"] == ready.allocated_at  # saved at once
+    assert json.loads(run.recorder.ledger.path.read_text())["allocated_at"] == ready.allocated_at  # saved at once
     assert [(e["pod"], e["component"], e["gpus"]) for e in data["config_engagement"]] == [
         ("demo-frontend-0", None, 0), ("demo-worker-0", "VllmDecodeWorker", 1)]
-    assert run.evidence == {"state": "ready", "seconds": ready.seconds, "contention": 0}
+    assert run.recorder.evidence == {"state": "ready", "seconds": ready.seconds, "contention": 0}
     assert data["torn_down_at"] is None and data["failed_attempts"] == []
 
 
@@ -487,7 +500,7 @@ def test_a_resumed_run_keeps_its_first_allocation_time(fake, tmp_path: Path) -> 
     run = make_run(tmp_path, step="step6_readiness")
     carry(run, allocated_at="2025-12-31T00:00:00Z")
     run.record(readiness.readiness(run, kube))
-    assert run.ledger.data["allocated_at"] == "2025-12-31T00:00:00Z"
+    assert run.recorder.ledger.data["allocated_at"] == "2025-12-31T00:00:00Z"
 
 
 PLANTED = "hf_" + "Q7x" * 12  # a secret-looking value planted in the crashed container's output
@@ -511,7 +524,8 @@ def test_a_crash_keeps_its_evidence_then_is_torn_down_unless_kept(fake, tmp_path
     api, kube, records = fake
     api.garbage_collect = True
     crash_looping(api)
-    run = make_run(tmp_path, step="step6_readiness", keep_on_failure=keep)
+    lifecycle = make_lifecycle(tmp_path, step="step6_readiness", keep_on_failure=keep)
+    run = lifecycle.context
     error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     assert error.category == "crash" and error.failed_attempt
     assert "OOMKilled (exit code 137)" in str(error)
@@ -522,8 +536,8 @@ def test_a_crash_keeps_its_evidence_then_is_torn_down_unless_kept(fake, tmp_path
     assert deletes == [] if keep else deletes[0] > log_read
     assert any("logs demo-worker-0 -n demo --tail=40 -c main --previous" in r.command for r in records)
     assert isinstance(partial, readiness.Readiness) and partial.failed_attempt
-    run.stop_step("step6_readiness", error)  # as the ledger plugin does: the partial result, then the verdict
-    data = run.ledger.data
+    lifecycle.stop_step("step6_readiness", error)  # as the ledger plugin does: the partial result, then the verdict
+    data = run.recorder.ledger.data
     assert data["status"] == "failed" and data["blockers"] == []  # the candidate's own failure
     found = data["readiness"]["failure_evidence"]
     (container,) = found["containers"]
@@ -552,9 +566,10 @@ def test_a_delete_that_fails_after_the_evidence_is_recorded_not_raised(fake, tmp
     run = make_run(tmp_path, step="step6_readiness")
     error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     run.record(partial)
-    assert error.category == "crash" and run.ledger.data["teardown"]["action"] == "delete-failed"
-    assert run.ledger.data["torn_down_at"] is None and "cannot delete" in run.ledger.data["teardown"]["reason"]
-    ledger.validate(run.ledger.data)
+    assert error.category == "crash" and run.recorder.ledger.data["teardown"]["action"] == "delete-failed"
+    data = run.recorder.ledger.data
+    assert data["torn_down_at"] is None and "cannot delete" in data["teardown"]["reason"]
+    ledger.validate(run.recorder.ledger.data)
 
 
 def test_a_dependency_keeps_its_evidence_and_the_dgd_and_is_not_a_failed_attempt(fake, tmp_path: Path) -> None:
@@ -564,18 +579,19 @@ def test_a_dependency_keeps_its_evidence_and_the_dgd_and_is_not_a_failed_attempt
     message = "0/4 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/4"
     api.put(POD, pod("demo-worker-0", NS, labels=DGD_LABEL, unschedulable=message))
     api.put(KNOWN["Event"], fakekube.scheduling_event("demo-worker-0", NS, message))
-    run = make_run(tmp_path, step="step6_readiness")
+    lifecycle = make_lifecycle(tmp_path, step="step6_readiness")
+    run = lifecycle.context
     error, _ = fail_with_result(lambda: readiness.readiness(run, kube))
-    run.stop_step("step6_readiness", error)
+    lifecycle.stop_step("step6_readiness", error)
     assert error.category == "dependency" and not error.failed_attempt and api.of("DELETE") == []
-    assert run.ledger.data["failed_attempts"] == [] and run.ledger.data["torn_down_at"] is None
+    assert run.recorder.ledger.data["failed_attempts"] == [] and run.recorder.ledger.data["torn_down_at"] is None
     # Not the candidate's failure: blocked, class dependency (docs/procedure.md, "Outcomes").
-    assert run.ledger.data["status"] == "blocked"
-    (blocker,) = run.ledger.data["blockers"]
+    assert run.recorder.ledger.data["status"] == "blocked"
+    (blocker,) = run.recorder.ledger.data["blockers"]
     assert (blocker["step"], blocker["class"], blocker["message"]) == ("step6_readiness", "dependency", str(error))
-    assert run.ledger.data["readiness"]["state"] == "dependency"
-    assert run.ledger.data["teardown"]["action"] == "kept" and "not known to be final" in \
-        run.ledger.data["teardown"]["reason"]
+    assert run.recorder.ledger.data["readiness"]["state"] == "dependency"
+    assert run.recorder.ledger.data["teardown"]["action"] == "kept" and "not known to be final" in \
+        run.recorder.ledger.data["teardown"]["reason"]
 
 
 def test_a_start_that_keeps_progressing_waits_past_the_no_progress_bound(fake, tmp_path: Path) -> None:
@@ -734,11 +750,11 @@ def test_a_teardown_whose_pods_outlast_the_wait_claims_no_torn_down_at(fake, tmp
     run = make_run(tmp_path, step="step6_readiness", retire_s=1)
     _error, partial = fail_with_result(lambda: readiness.readiness(run, kube))
     run.record(partial)
-    teardown = run.ledger.data["teardown"]
+    teardown = run.recorder.ledger.data["teardown"]
     assert teardown["action"] == "deleted" and teardown["pods_gone_at"] is None
     assert "its pods were not seen gone" in teardown["reason"]
-    assert run.ledger.data["torn_down_at"] is None
-    ledger.validate(run.ledger.data)
+    assert run.recorder.ledger.data["torn_down_at"] is None
+    ledger.validate(run.recorder.ledger.data)
 
 
 def test_a_teardown_interrupted_in_its_pods_gone_wait_leaves_the_failed_attempt_saved(fake, tmp_path: Path) -> None:
@@ -747,12 +763,12 @@ def test_a_teardown_interrupted_in_its_pods_gone_wait_leaves_the_failed_attempt_
     api, kube, _ = fake
     crash_looping(api)  # the fake's garbage collector is off: the pods stay, the wait is on
     run = make_run(tmp_path, step="step6_readiness")
-    run.ledger.path = run.deploy_root / ledger.LEDGER_NAME
+    run.recorder.ledger.path = run.deploy_root / ledger.LEDGER_NAME
     saved_at_delete: list[dict[str, Any]] = []
     original = kube.delete
 
     def spy(*args: Any, **kwargs: Any) -> bool:
-        saved_at_delete.append(json.loads(run.ledger.path.read_text()))  # type: ignore[union-attr]
+        saved_at_delete.append(json.loads(run.recorder.ledger.path.read_text()))  # type: ignore[union-attr]
         deleted = original(*args, **kwargs)
         api.fail("WATCH", f"/api/v1/namespaces/{NS}/pods", KeyboardInterrupt())  # Ctrl-C in the pods-gone wait
         return deleted
@@ -765,7 +781,7 @@ def test_a_teardown_interrupted_in_its_pods_gone_wait_leaves_the_failed_attempt_
     (attempt,) = before["failed_attempts"]  # on disk before the delete
     assert attempt["step"] == "step6_readiness" and attempt["category"] == "crash" and attempt["evidence"]
     assert before["teardown"]["action"] == "deleting" and before["readiness"]["failure_evidence"]
-    data = json.loads(run.ledger.path.read_text())  # type: ignore[union-attr]
+    data = json.loads(run.recorder.ledger.path.read_text())  # type: ignore[union-attr]
     ledger.validate(data)
     assert data["failed_attempts"] == before["failed_attempts"] and data["teardown"]["action"] == "deleting"
     assert data["torn_down_at"] is None

@@ -166,7 +166,7 @@ def test_settings_apply_documented_defaults(exp: Experiment):
     assert (settings.timeouts.job_download_s, settings.timeouts.job_validate_s, settings.timeouts.retire_s) == (
         6000, 3600, 600)
     assert (settings.timeouts.pvc_bound_s, settings.timeouts.readiness_s) == (600, 10800)
-    assert settings.timeouts.readiness_no_progress_s == 900  # README.md, step 6: 15 min without progress
+    assert settings.timeouts.readiness_no_progress_s == 900  # docs/procedure.md, step 6: 15 min without progress
     assert (settings.timeouts.smoke_reach_attempts, settings.timeouts.smoke_reach_interval_s) == (30, 2)
     assert (settings.timeouts.smoke_models_attempts, settings.timeouts.smoke_models_interval_s) == (30, 10)
     assert settings.timeouts.smoke_request_timeout_s == 120

@@ -24,9 +24,10 @@ from deploy_suite.constants import LABEL_COMPONENT_TYPE, LABEL_DGD_NAME
 from deploy_suite.errors import Forbidden, KubeError, NotFound, StepBlocked, StepFailure, SuiteError, WaitTimeout
 from deploy_suite.model.dgd import parse_dgd
 from deploy_suite.procedure import smoke
-from deploy_suite.procedure.runstate import RunState
+from deploy_suite.procedure.context import StepContext
 from deploy_suite.procedure.settings import Settings, Timeouts
 from deploy_suite.record import ledger as ledger_mod
+from tests.unit import lifecycles
 
 MODEL = "qwen3"
 SMALL = Timeouts(smoke_reach_attempts=5, smoke_reach_interval_s=1.0, smoke_models_attempts=3,
@@ -563,7 +564,7 @@ def settings(tmp_path: Path, served_model: str | None = None) -> Settings:
 
 @dataclass
 class PlanRun:
-    """What plan() reads of the RunState: settings, the deploy copy, namespace, step 2's result."""
+    """What plan() reads of the StepContext: settings, the deploy copy, namespace, step 2's result."""
 
     settings: Settings
     manifests: dict[str, Path]
@@ -626,9 +627,8 @@ def test_plan_of_a_direct_routing_sidecar_reads_the_instance_id(tmp_path: Path) 
                                            instance_source="log/frontend-sidecar")
 
 
-def recording_run(tmp_path: Path) -> RunState:
-    run = RunState.create(settings(tmp_path))
-    run.begin_step("step7_smoke")
+def recording_run(tmp_path: Path) -> StepContext:
+    run = lifecycles.started(settings(tmp_path), "step7_smoke").context
     return run
 
 
@@ -637,7 +637,7 @@ def test_run_records_endpoint_served_model_and_smoke_sections(tmp_path: Path, fa
     deploy_root = tmp_path / "artifacts" / "deploy-iter-000"
     plan = smoke.SmokePlan("ns", "demo", MODEL, False, SERVICE, deploy_root, "say hi", SMALL)
     run.record(smoke.run(run, FakeKube(), plan, transport=httpx.MockTransport(Frontend())))  # type: ignore[arg-type]
-    data = run.ledger.data
+    data = run.recorder.ledger.data
     assert data["endpoint"] == {"kind": "service", "target": "svc/demo-frontend", "port": 8000,
                                 "worker_instance_id": None}
     assert data["served_model"] == MODEL
@@ -646,7 +646,7 @@ def test_run_records_endpoint_served_model_and_smoke_sections(tmp_path: Path, fa
         "timings": {"reachable_s": 0.0, "model_listed_s": 0.0, "chat_s": 0.0}, "port_forward_restarts": 0,
         "chat_attempts": 1, "artifact": "artifacts/deploy-iter-000/smoke_test_artifact.json",
         "bodies": ["artifacts/deploy-iter-000/smoke/models_body.json", "artifacts/deploy-iter-000/smoke/api_body.json"]}
-    assert run.evidence == {"success": 1, "gate": "all passed", "reachable_s": 0.0, "model_listed_s": 0.0,
+    assert run.recorder.evidence == {"success": 1, "gate": "all passed", "reachable_s": 0.0, "model_listed_s": 0.0,
                             "chat_s": 0.0}
     ledger_mod.validate(data)
 
@@ -664,10 +664,11 @@ def test_a_failed_gate_fails_the_step_carrying_the_result(tmp_path: Path, fake_c
     assert isinstance(failure.result, smoke.SmokeResult)
     # What the ledger plugin does with a failure's result: recorded as the step would on success.
     run.record(failure.result)
-    assert run.ledger.data["smoke"]["gate"] == "model-listed" and run.ledger.data["smoke"]["success"] == 0
-    assert run.ledger.data["smoke"]["bodies"] == ["artifacts/deploy-iter-000/smoke/models_body.json"]
-    assert run.evidence == {"success": 0, "gate": "model-listed", "reachable_s": 0.0, "model_listed_s": 3.0}
-    ledger_mod.validate(run.ledger.data)
+    smoke_section = run.recorder.ledger.data["smoke"]
+    assert smoke_section["gate"] == "model-listed" and smoke_section["success"] == 0
+    assert run.recorder.ledger.data["smoke"]["bodies"] == ["artifacts/deploy-iter-000/smoke/models_body.json"]
+    assert run.recorder.evidence == {"success": 0, "gate": "model-listed", "reachable_s": 0.0, "model_listed_s": 3.0}
+    ledger_mod.validate(run.recorder.ledger.data)
 
 
 # ------------------------------------------------------------------ a listed model that is not routable yet

@@ -21,10 +21,10 @@ EVENTS = Path({events!r})
 
 
 def pytest_configure(config):
-    # Only what the fixture reads of a RunState after step 1.
-    config.stash[RUN_KEY] = SimpleNamespace(
+    # Only what the fixture reads of the lifecycle's step context after step 1.
+    config.stash[RUN_KEY] = SimpleNamespace(context=SimpleNamespace(
         prepared=object(), kube_context="offline-demo", settings=SimpleNamespace(kubeconfig={kubeconfig!r}),
-        record_command=lambda record: None, exp_root=Path({exp_root!r}))
+        recorder=SimpleNamespace(command=lambda record: None), exp_root=Path({exp_root!r})))
     real_close = Kube.close
 
     def close(self):
@@ -69,7 +69,7 @@ def test_the_session_kube_is_closed_once_after_its_last_test(pytester: pytest.Py
     names = {"events": str(events), "kubeconfig": str(kubeconfig), "exp_root": str(exp_root)}
     pytester.makeconftest(CONFTEST.format(**names))
     pytester.makepyfile(test_uses_kube=TESTS.format(**names))
-    # Only the steps' fixtures: the suite's own plugins (pytest11) would want a whole RunState.
+    # Only the steps' fixtures: the suite's own plugins (pytest11) would want a whole Lifecycle.
     result = pytester.runpytest_subprocess("-p", "no:deploy_suite.plugins", "-p", "no:cacheprovider", "-W", "error")
     result.assert_outcomes(passed=2)
     assert events.read_text().splitlines() == ["used offline-demo", "used offline-demo", "closed"]

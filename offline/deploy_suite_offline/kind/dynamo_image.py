@@ -26,6 +26,7 @@ from deploy_suite import clock
 from deploy_suite_offline import dynamo_env, procs
 from deploy_suite_offline.errors import ClusterError
 from deploy_suite_offline.kind import docker, nodeimage
+from deploy_suite_offline.procs import Log
 
 REPO = "deploy-suite/dynamo"
 BUILD_CA = "/tmp/build-ca.crt"
@@ -39,7 +40,6 @@ PLANNER_DEPENDENCIES = ("numpy>=2", "scikit-learn>=1.5")
 EPP_DEPENDENCIES = ("grpcio>=1.60", "grpcio-health-checking>=1.60")
 # NVIDIA's `aisimulate` (index-only, never installed here): its module names, failing when used.
 AISIMULATE_STANDIN = "aisimulate_core_standin.py"
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -50,13 +50,13 @@ class DynamoImage:
 
 
 def image_key(version: str, base: str) -> str:
-    deps = dynamo_env._DEPENDENCIES.get(version, ())
-    return nodeimage._digest(version, base, *deps, *PLANNER_DEPENDENCIES, *EPP_DEPENDENCIES,
-                             dynamo_env._TOKENIZER_SCRIPT)
+    deps = dynamo_env.DEPENDENCIES.get(version, ())
+    return nodeimage.digest(version, base, *deps, *PLANNER_DEPENDENCIES, *EPP_DEPENDENCIES,
+                             dynamo_env.TOKENIZER_SCRIPT)
 
 
 def _steps(version: str) -> list[tuple[str, str]]:
-    deps = " ".join(f"'{d}'" for d in dynamo_env._DEPENDENCIES[version])
+    deps = " ".join(f"'{d}'" for d in dynamo_env.DEPENDENCIES[version])
     # This machine's trust store for PyPI (a TLS proxy's CA may be in it), used while building only.
     pip = f"PIP_CERT={BUILD_CA} /opt/dynamo/bin/python -m pip install --no-input --progress-bar off -q"
     offline = " ".join(f"{k}={v}" for k, v in dynamo_env.OFFLINE_ENV.items())
@@ -75,7 +75,7 @@ def _steps(version: str) -> list[tuple[str, str]]:
     ]
 
 
-def _trust_store() -> Path:
+def trust_store() -> Path:
     for var in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
         found = os.environ.get(var)
         if found and Path(found).is_file():
@@ -84,7 +84,7 @@ def _trust_store() -> Path:
 
 
 def engines_key() -> str:
-    return nodeimage._digest(*(p.read_bytes() for p in sorted(ENGINE_FILES.iterdir()) if p.suffix in (".py", ".json")),
+    return nodeimage.digest(*(p.read_bytes() for p in sorted(ENGINE_FILES.iterdir()) if p.suffix in (".py", ".json")),
                              *(script for _, script in _engine_steps()))
 
 
@@ -130,11 +130,11 @@ def ensure_dynamo_image(version: str = dynamo_env.DEFAULT_VERSION, log: Log = pr
         finally:
             docker.remove_container(name)
 
-    image = _cached(ref, log, build)
+    image = cached(ref, log, build)
     return DynamoImage(image.ref, base.built_seconds + image.built_seconds, image.size_mib)
 
 
-def _cached(ref: str, log: Log, build: Callable[[float], None], what: str = "dynamo") -> DynamoImage:
+def cached(ref: str, log: Log, build: Callable[[float], None], what: str = "dynamo") -> DynamoImage:
     """``ref`` from Docker, or made now by ``build(started)`` under the ``what`` images' lock
     (the Python image of ``python_image.py`` is cached the same way, under its own lock)."""
     if docker.image_exists(ref):
@@ -153,7 +153,7 @@ def _cached(ref: str, log: Log, build: Callable[[float], None], what: str = "dyn
 
 def _ensure_base(version: str, log: Log) -> DynamoImage:
     """Debian's Python, the ai-dynamo wheel and the tokenizer (the engines' layer goes on top)."""
-    if version not in dynamo_env._DEPENDENCIES:
+    if version not in dynamo_env.DEPENDENCIES:
         raise ClusterError(f"ai-dynamo {version} has no verified dependency list; fix: use "
                            f"{dynamo_env.DEFAULT_VERSION} or add it to offline/deploy_suite_offline/dynamo_env.py")
     base = nodeimage.base_image(log)
@@ -163,15 +163,15 @@ def _ensure_base(version: str, log: Log) -> DynamoImage:
         name = "deploy-suite-build-dynamo"
         container = docker.start_build_container(base, name)
         try:
-            docker.copy_in(container, _trust_store(), BUILD_CA)
+            docker.copy_in(container, trust_store(), BUILD_CA)
             for step, script in _steps(version):
                 log(f"dynamo image: {step} ... [{clock.monotonic() - started:.0f}s]")
                 docker.exec_in(container, "bash", "-euo", "pipefail", "-c", script,
-                               input_bytes=dynamo_env._TOKENIZER_SCRIPT.encode() if step == "tokenizer" else None)
+                               input_bytes=dynamo_env.TOKENIZER_SCRIPT.encode() if step == "tokenizer" else None)
             path = "/opt/dynamo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
             docker.commit(container, ref, [f"ENV PATH={path}", "ENTRYPOINT []", "CMD []",
                                            *(f"ENV {k}={v}" for k, v in dynamo_env.OFFLINE_ENV.items())])
         finally:
             docker.remove_container(name)
 
-    return _cached(ref, log, build)
+    return cached(ref, log, build)

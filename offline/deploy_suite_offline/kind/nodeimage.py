@@ -25,7 +25,6 @@ import json
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from deploy_suite_offline import binaries, procs
 from deploy_suite_offline.errors import ClusterError
 from deploy_suite_offline.kind import docker
 from deploy_suite_offline.kind.tools import COREDNS_VERSION, FILES, Tools
+from deploy_suite_offline.procs import Log
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -61,14 +61,13 @@ NODE_FILES = (  # files/<name> -> where the node image holds it
 # Programs their images run from the root: the runtime starts the sandbox as /pause, and kubeadm's
 # CoreDNS Deployment gives only arguments (`-conf /etc/coredns/Corefile`) to the entrypoint /coredns.
 AT_ROOT = ("pause", "coredns")
-Log = Callable[[str], None]
 
 
 def cache_dir() -> Path:
     return binaries.cache_root() / "kind"
 
 
-def _digest(*parts: bytes | str) -> str:
+def digest(*parts: bytes | str) -> str:
     h = hashlib.sha256()
     for part in parts:
         h.update(part.encode() if isinstance(part, str) else part)
@@ -82,7 +81,7 @@ def _file_digest(path: Path) -> str:
 
 
 def rootfs_key() -> str:
-    return _digest(SUITE, MIRROR, *PACKAGES)
+    return digest(SUITE, MIRROR, *PACKAGES)
 
 
 def ensure_rootfs(log: Log) -> Path:
@@ -174,7 +173,7 @@ def node_image_key(tools: Tools, rootfs: Path, images: list[ComponentImage]) -> 
     parts.append(f"crictl={_file_digest(tools.crictl)}")
     control = binaries.BinarySet(binaries.bin_dir())
     parts += [f"{c.ref}={_file_digest(_binary_path(tools, control, c.binary))}" for c in images]
-    return _digest(*parts)
+    return digest(*parts)
 
 
 def _binary_path(tools: Tools, control: binaries.BinarySet, name: str) -> Path:
@@ -217,7 +216,7 @@ def base_image(log: Log = print) -> str:
 
 def _base_image(rootfs: Path, log: Log) -> str:
     """The Debian root with our node files, as a Docker image (kept: kube-proxy's image uses it)."""
-    ref = f"deploy-suite/kind-base:{_digest(rootfs.name)}"
+    ref = f"deploy-suite/kind-base:{digest(rootfs.name)}"
     if docker.image_exists(ref):
         return ref
     log(f"importing the root file system as {ref} ...")

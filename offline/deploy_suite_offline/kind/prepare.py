@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from deploy_suite import clock
 from deploy_suite_offline.errors import ClusterError
 from deploy_suite_offline.kind import dynamo_image, nodeimage, python_image, tools
-
-Log = Callable[[str], None]
+from deploy_suite_offline.procs import Log
 
 
 @dataclass(frozen=True)

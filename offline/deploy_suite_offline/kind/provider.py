@@ -44,8 +44,8 @@ from deploy_suite_offline.cluster import (
     MANIFESTS,
     MARKER,
     ClusterInfo,
-    _node_ready,
     checked_choices,
+    node_ready,
     read_marker,
     read_nodes,
     wait_established,
@@ -53,13 +53,13 @@ from deploy_suite_offline.cluster import (
 from deploy_suite_offline.errors import ClusterError
 from deploy_suite_offline.kind import config, docker, dynamo_image, nodeimage, python_image, registry, tools
 from deploy_suite_offline.operator_sim import profiles
+from deploy_suite_offline.procs import Log
 
 PROVIDER = "kind"
 RELAY = "deploy-suite-webhook-relay"
 REGISTRY = "deploy-suite-registry"
 UP_TIMEOUT_S = 300.0  # `up`'s default bound: real kubelets pull and start their pods (provider.ClusterProvider.up)
 CLUSTER_LABEL = "io.x-k8s.kind.cluster"  # the label kind puts on its node containers
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,8 @@ class KindProvider:
         chosen = self._orchestrators
         return chosen if chosen is not None else profiles.orchestrators(list(self._recorded("with", [])))
 
-    def _pids(self) -> dict[str, int]:
+    def pids(self) -> dict[str, int]:
+        """This provider's own live host processes by name (controllers, registry, relay), from their pid files."""
         found: dict[str, int] = {}
         for f in sorted((self.dir / "pids").glob("*.pid")):
             with contextlib.suppress(OSError, ValueError):
@@ -181,7 +182,7 @@ class KindProvider:
         if marker is None:
             info.state = "foreign" if self.dir.exists() else "down"
             return info
-        info.pids = self._pids()
+        info.pids = self.pids()
         running = [c for c in docker.containers(f"{CLUSTER_LABEL}={self.name}") if c.get("State") == "running"]
         if not running or marker.get("starting"):
             info.state = "stale"
@@ -325,7 +326,7 @@ class KindProvider:
         wanted = set(names)
 
         def all_ready(objs: dict[str, Obj]) -> tuple[bool, str]:
-            ready = {o["metadata"]["name"] for o in objs.values() if _node_ready(o)}
+            ready = {o["metadata"]["name"] for o in objs.values() if node_ready(o)}
             missing = sorted(wanted - ready)
             return not missing, f"{len(wanted & ready)}/{len(wanted)} nodes Ready" + (
                 f" (waiting for {', '.join(missing[:5])})" if missing else "")
@@ -383,7 +384,7 @@ class KindProvider:
 
     # ------------------------------------------------------------------ host processes
     def _spawn(self, key: str, argv: list[str]) -> None:
-        if key in self._pids():
+        if key in self.pids():
             return
         (self.dir / "pids").mkdir(parents=True, exist_ok=True)
         log = self.dir / "logs" / f"{key}.log"
@@ -414,7 +415,7 @@ class KindProvider:
         if not port:
             return
         address = f"{gateway}:{port}"
-        if REGISTRY not in self._pids():
+        if REGISTRY not in self.pids():
             self._spawn(REGISTRY, [sys.executable, "-m", "deploy_suite_offline.kind.registry", "--listen", address,
                                    "--state", str(self.dir), "--image", str(self._dynamo_export()),
                                    "--python-image", str(self._python_export())])
@@ -467,7 +468,7 @@ class KindProvider:
             procs.end_cluster(self.name, self.mark, self.log)  # what an earlier `down` may have missed
             self.log(f"cluster {self.name} is not running (nothing to remove)")
             return info
-        procs.terminate(list(self._pids().values()))
+        procs.terminate(list(self.pids().values()))
         procs.end_cluster(self.name, self.mark, self.log)  # also what the relay, registry or controllers started
         kind = tools.kind_dir() / "kind"
         if kind.exists():

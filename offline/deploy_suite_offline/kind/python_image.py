@@ -9,7 +9,7 @@ is: Debian's ``python3`` (``PYTHON_SERIES``) as a virtual environment at ``/usr/
 so ``pip install huggingface_hub`` is satisfied without asking the index (checked while
 building); ``hf`` is huggingface_hub's own CLI run against a hub replica inside the container
 (``python_files/hub_replica.py``) that holds ``HUB_MODELS``, each the project's tiny tokenizer
-(``dynamo_env._TOKENIZER_SCRIPT``, as in the Dynamo image) with a README saying so. The registry
+(``dynamo_env.TOKENIZER_SCRIPT``, as in the Dynamo image) with a README saying so. The registry
 (``registry.py``) serves it as ``docker.io/library/python:<X.Y>`` and ``<X.Y>-slim`` for
 ``registry.PYTHON_TAGS``. Cached in Docker under a tag carrying the hash of its inputs; what is
 real and what is replicated: docs/offline-cluster.md, "Support images and the hub replica".
@@ -17,12 +17,12 @@ real and what is replicated: docs/offline-cluster.md, "Support images and the hu
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from deploy_suite import clock
 from deploy_suite_offline import dynamo_env
 from deploy_suite_offline.kind import docker, dynamo_image, nodeimage
+from deploy_suite_offline.procs import Log
 
 REPO = "deploy-suite/python"
 PYTHON_SERIES = "3.11"  # Debian bookworm's python3, whatever tag the registry serves it under
@@ -44,7 +44,6 @@ HF_SCRIPT = ("#!/usr/local/bin/python\n# deploy-suite: huggingface_hub's CLI aga
 README = ("# {model} (deploy-suite hub replica)\n\nNot the model: the tiny word-level tokenizer deploy-suite "
           "generates (deploy_suite_offline/dynamo_env.py), served under this name by the hub replica of the kind "
           "provider's Python image, since no hub is reachable there.\n")
-Log = Callable[[str], None]
 
 
 def _steps() -> list[tuple[str, str]]:
@@ -81,7 +80,7 @@ def _quote(text: str) -> str:
 
 def image_key(base: str) -> str:
     files = [p.read_bytes() for p in sorted(FILES.glob("*.py"))]
-    return nodeimage._digest(base, HUB_VERSION, *HUB_MODELS, dynamo_env._TOKENIZER_SCRIPT, HF_SCRIPT, README,
+    return nodeimage.digest(base, HUB_VERSION, *HUB_MODELS, dynamo_env.TOKENIZER_SCRIPT, HF_SCRIPT, README,
                              *(s for _, s in _steps()), *CHANGES, *files)
 
 
@@ -94,8 +93,8 @@ def ensure_python_image(log: Log = print) -> dynamo_image.DynamoImage:
         name = "deploy-suite-build-python"
         container = docker.start_build_container(base, name)
         try:
-            docker.copy_in(container, dynamo_image._trust_store(), dynamo_image.BUILD_CA)
-            stdin = {"hub replica models": dynamo_env._TOKENIZER_SCRIPT.encode(), "hf": HF_SCRIPT.encode()}
+            docker.copy_in(container, dynamo_image.trust_store(), dynamo_image.BUILD_CA)
+            stdin = {"hub replica models": dynamo_env.TOKENIZER_SCRIPT.encode(), "hf": HF_SCRIPT.encode()}
             for step, script in _steps():
                 if step == "hf":
                     docker.copy_in(container, FILES / "hub_replica.py", f"{SITE}/deploy_suite_hub_replica.py")
@@ -110,4 +109,4 @@ def ensure_python_image(log: Log = print) -> dynamo_image.DynamoImage:
         finally:
             docker.remove_container(name)
 
-    return dynamo_image._cached(ref, log, build, what="python")
+    return dynamo_image.cached(ref, log, build, what="python")

@@ -23,6 +23,7 @@ from pathlib import Path
 from deploy_suite import clock
 from deploy_suite_offline import binaries, procs
 from deploy_suite_offline.errors import ClusterError
+from deploy_suite_offline.procs import Log
 
 KIND_VERSION = "v0.33.0"
 CRICTL_VERSION = "v1.37.0"  # cri-tools: `crictl` inside the nodes, as on kind's own images
@@ -35,7 +36,6 @@ NODE_BINARIES: tuple[binaries.Binary, ...] = tuple(
     binaries.Binary(name, f"k8s.io/kubernetes/cmd/{name}", "")
     for name in ("kubeadm", "kubectl", "kubelet", "kube-proxy"))
 
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)

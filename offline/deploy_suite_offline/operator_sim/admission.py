@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-Obj = dict[str, Any]
+from deploy_suite.constants import Obj
 
 WEBHOOK_NAME = "vdynamographdeployment.kb.io"
 TOPOLOGY = "component topology is immutable and cannot be modified after creation"

@@ -16,13 +16,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from typing import Any
 
-from deploy_suite.constants import LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_SELECTOR
+from deploy_suite.constants import LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_SELECTOR, Obj
 from deploy_suite_offline.operator_sim.plan import LABEL_MANAGED_BY, MANAGED_BY, Plan, child_name
 from deploy_suite_offline.operator_sim.spec import WORKER_TYPES, Part
-
-Obj = dict[str, Any]
 
 DCD_API = "nvidia.com/v1beta1"
 DCD_KIND = "DynamoComponentDeployment"

@@ -35,6 +35,7 @@ from deploy_suite_offline.operator_sim.plan import (
 )
 from deploy_suite_offline.operator_sim.serving import Servings
 from deploy_suite_offline.operator_sim.spec import Part, is_alpha
+from deploy_suite_offline.procs import Log
 
 DGD_BETA = Resource(DGD_GROUP, "v1beta1", DGD_PLURAL, True, DGD_KIND)
 DGD_ALPHA = Resource(DGD_GROUP, "v1alpha1", DGD_PLURAL, True, DGD_KIND)
@@ -48,7 +49,6 @@ FAILED_REASON = "failed_to_reconcile_the_resources"
 # After a Kubernetes error (the apiserver may be restarting) a key is reconciled again this much later.
 REQUEUE_S = 1.0
 
-Log = Callable[[str], None]
 Loop = tuple[str, Callable[[], Iterator[tuple[str, Obj]]], Callable[[str, Obj], None]]
 
 

@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
 
+from deploy_suite.constants import Obj
 from deploy_suite_offline.operator_sim.spec import SIDECAR_CONTAINER, alpha_resources, merge_env, merge_resources
-
-Obj = dict[str, Any]
 
 ALPHA = "nvidia.com/v1alpha1"
 BETA = "nvidia.com/v1beta1"

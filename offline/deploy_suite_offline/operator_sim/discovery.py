@@ -19,9 +19,8 @@ Pure: manifests from the plan, no Kubernetes access.
 from __future__ import annotations
 
 import copy
-from typing import Any
 
-from deploy_suite.constants import LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_DYNAMO_NAMESPACE
+from deploy_suite.constants import LABEL_COMPONENT, LABEL_COMPONENT_TYPE, LABEL_DGD_NAME, LABEL_DYNAMO_NAMESPACE, Obj
 from deploy_suite_offline.operator_sim.plan import (
     FRONTEND_PORT,
     LABEL_MANAGED_BY,
@@ -31,8 +30,6 @@ from deploy_suite_offline.operator_sim.plan import (
     child_name,
 )
 from deploy_suite_offline.operator_sim.spec import MAIN_CONTAINER, WORKER_TYPES
-
-Obj = dict[str, Any]
 
 BACKEND_LABEL = "nvidia.com/dynamo-discovery-backend"
 ENABLED_LABEL = "nvidia.com/dynamo-discovery-enabled"

@@ -25,12 +25,9 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
 
-from deploy_suite.constants import GPU_RESOURCE
+from deploy_suite.constants import GPU_RESOURCE, Obj
 from deploy_suite_offline.faults import OPERATOR_FAULTS_CONFIGMAP
-
-Obj = dict[str, Any]
 
 CONFIGMAP = OPERATOR_FAULTS_CONFIGMAP
 FAULTS = ("transient-failed", "invalid-template", "checkpoint-gate")

@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import copy
 import secrets
-from typing import Any
 
 from deploy_suite.access.kube import Kube, Resource, translate
-from deploy_suite.constants import LABEL_DGD_NAME
+from deploy_suite.constants import LABEL_DGD_NAME, Obj
 from deploy_suite.errors import Conflict, NotFound
 from deploy_suite_offline.operator_sim.multinode import pod_ready
 from deploy_suite_offline.operator_sim.plan import Plan
 from deploy_suite_offline.operator_sim.spec import Part
-
-Obj = dict[str, Any]
 
 GROVE_API = "grove.io/v1alpha1"
 PCS = Resource("grove.io", "v1alpha1", "podcliquesets", True, "PodCliqueSet")

@@ -15,14 +15,11 @@ recreates a pod that goes away. The real scheduler places them; kwok runs them.
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 from deploy_suite.access.kube import Kube, Resource
-from deploy_suite.constants import LABEL_DGD_NAME
+from deploy_suite.constants import LABEL_DGD_NAME, Obj
 from deploy_suite.errors import Conflict
 from deploy_suite_offline.errors import ReconcileError
-
-Obj = dict[str, Any]
 
 NO_ORCHESTRATOR = "no multinode orchestrator available"
 LWS_API = "leaderworkerset.x-k8s.io/v1"

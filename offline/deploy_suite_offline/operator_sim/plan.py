@@ -15,7 +15,6 @@ for what the operator rejects.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from deploy_suite.constants import (
     DGD_KIND,
@@ -26,6 +25,7 @@ from deploy_suite.constants import (
     LABEL_SELECTOR,
     LABEL_SUB_COMPONENT_TYPE,
     V1BETA1,
+    Obj,
 )
 from deploy_suite_offline.errors import ReconcileError
 from deploy_suite_offline.operator_sim.spec import (
@@ -42,8 +42,6 @@ from deploy_suite_offline.operator_sim.spec import (
     read,
     split_args,
 )
-
-Obj = dict[str, Any]
 
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "deploy-suite-operator-sim"

@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
 
 from deploy_suite.access.kube import Resource
-from deploy_suite.constants import DGD_GROUP, DGD_KIND, DGD_PLURAL
+from deploy_suite.constants import DGD_GROUP, DGD_KIND, DGD_PLURAL, Obj
 from deploy_suite.errors import InputError
-
-Obj = dict[str, Any]
 
 DEFAULT_PROFILE = "latest"
 ORCHESTRATORS = ("lws", "grove")

@@ -24,12 +24,12 @@ from deploy_suite_offline import dynamo_env, dynamo_runtime
 from deploy_suite_offline.faults import SERVING_FAULTS_CONFIGMAP, cri_log, logs_object, port_forward_object
 from deploy_suite_offline.operator_sim.plan import FRONTEND_PORT, Plan
 from deploy_suite_offline.operator_sim.spec import MAIN_CONTAINER
+from deploy_suite_offline.procs import Log
 
 # Cluster-side serving fault switch: data `<namespace>.<dgd>: <one of dynamo_runtime.FAULTS>`,
 # read when a DGD's serving starts (apply it before the DGD).
 FAULTS_CONFIGMAP = SERVING_FAULTS_CONFIGMAP
 
-Log = Callable[[str], None]
 
 
 class LogMirror:

@@ -35,10 +35,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploy_suite.constants import GPU_RESOURCE, V1ALPHA1
+from deploy_suite.constants import GPU_RESOURCE, V1ALPHA1, Obj
 from deploy_suite_offline.errors import ReconcileError
-
-Obj = dict[str, Any]
 
 # api/v1beta1/common.go: the ComponentType enum.
 COMPONENT_TYPES = ("frontend", "worker", "prefill", "decode", "planner", "epp")
