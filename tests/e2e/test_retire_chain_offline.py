@@ -176,7 +176,7 @@ def test_a_teardown_interrupted_in_its_pods_gone_wait_keeps_the_failed_attempt(t
     crash = faults.crash_loop(f"crash-{target.namespace}", faults.by_dgd(SAMPLE_DGD, target.namespace))
     target.apply_fault(crash)
     # Once deleted, the DGD's pods take a while to go: the teardown's pods-gone wait is certainly on.
-    target.slow("pod-delete", faults.by_dgd(SAMPLE_DGD, target.namespace), 120)
+    target.slow("pod-delete", faults.by_dgd(SAMPLE_DGD, target.namespace), 45)
     run = target.suite(exp)
     interrupted = run.on(r"\[step6_readiness\] \d+ pods left", lambda: os.kill(run.pid, signal.SIGINT))
     run.run()
@@ -184,7 +184,8 @@ def test_a_teardown_interrupted_in_its_pods_gone_wait_keeps_the_failed_attempt(t
     data = support.read_ledger(run.ledger_path)  # schema-valid
     (attempt,) = data["failed_attempts"]
     assert attempt["step"] == "step6_readiness" and attempt["category"] == "crash" and attempt["diagnosis"]
-    assert data["teardown"]["action"] == "deleting" and data["torn_down_at"] is None
+    assert data["teardown"]["action"] == "deleting" and data["torn_down_at"] is None, (data["teardown"],
+                                                                                      run.output[-3000:])
     assert data["readiness"]["failure_evidence"]
     assert target.kube.get_or_none(DGD, SAMPLE_DGD, target.namespace) is None  # the delete was asked for
 
