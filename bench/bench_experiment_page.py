@@ -2,7 +2,7 @@
 
 1, 10 and 100 iterations (ready, failed and blocked ledgers mixed, each with its applied DGD;
 fixtures/experiments/synthetic.py): the time to read the tree and write the page
-(``deploy_suite.reports.experiment.write``: ledgers, DGD diffs, budgets, charts), its size, and
+(``deploy_suite.reports.experiment_page.write``: ledgers, DGD diffs, budgets, charts), its size, and
 the same for the 100-iteration tree with ``<script>`` in every ledger string; and, where headless
 Chromium is installed (scripts/install-chromium), how long the browser takes to load the
 100-iteration page (navigation start to the end of the load event, as the browser times it).
@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deploy_suite.fixtures.experiments.synthetic import write_synthetic_experiment
-from deploy_suite.reports import experiment as report_experiment
+from deploy_suite.reports import experiment_page
 from tests.support.browser import open_page
 
 
@@ -36,7 +36,7 @@ def measure(iterations: int, runs: int, poison: str | None = None,
         times = []
         for _ in range(runs):
             started = time.perf_counter()
-            page = report_experiment.write(exp.exp_root)
+            page = experiment_page.write(exp.exp_root)
             times.append(time.perf_counter() - started)
         size = page.stat().st_size
         loads = [open_page(page).load_ms / 1000 for _ in range(3)] if browser and shutil.which("chromium") else []

@@ -93,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             # A directory is an experiment root (one page for every iteration); a file is one ledger.
             if any(not a.startswith("-") and Path(a).is_dir() for a in args.args[:1]):
-                from deploy_suite.reports import experiment as report_experiment  # noqa: PLC0415
+                from deploy_suite.reports import experiment_page  # noqa: PLC0415
 
-                return int(report_experiment.main(args.args))
+                return int(experiment_page.main(args.args))
             from deploy_suite.reports import iteration as report  # noqa: PLC0415
 
             return int(report.main(args.args))

@@ -4,7 +4,7 @@ One line (``--json``: one object) per iteration: status, blocker class, failed a
 the ledger counts against ``max_failed_deploys``: :func:`deploy_suite.record.experiment.failed_deploys`), DGD,
 endpoint, smoke result, GPU-hours; then the experiment's budgets and the next action, which is
 what the skill file (.agents/skills/deploy-dynamo-recipe/SKILL.md) tells an agent to do. The
-ledgers are read as the experiment page reads them (:func:`deploy_suite.reports.experiment.load`):
+ledgers are read as the experiment page reads them (:func:`deploy_suite.reports.experiment_page.load`):
 budgets and GPU-hours as of the last ledger write, so an archived experiment reads the same
 tomorrow. The JSON fields: docs/status.md and docs/status.schema.json.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy_suite.record import experiment, resume
-from deploy_suite.reports import experiment as experiment_page
+from deploy_suite.reports import experiment_page
 
 SCHEMA_VERSION = 1
 EXIT_READY, EXIT_ACTION, EXIT_BAD_INPUT = 0, 1, 2

@@ -110,7 +110,7 @@ class FailureCategory(StrEnum):
 
 
 class WaitingSign(StrEnum):
-    """Why step 6 waits on a pod that reached no new milestone (``judges.waiting``): not "no progress"."""
+    """Why step 6 waits on a pod that reached no new milestone (``judges.wait_signs``): not "no progress"."""
 
     HELD = "held"  # a hold decision: contention, a node being provisioned, a gang being assembled
     PULLING = "pulling"  # the kubelet pulls its image (``Pulling``, no failure)

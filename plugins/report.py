@@ -3,7 +3,7 @@
 pytest-html writes ``reports/<EXP_ID>/deploy-iter-NNN.html`` (self-contained; paths set by the
 ``options`` plugin); at the end of the run the ledger's page (``deploy_suite.reports.iteration.render``) is
 written beside the ledger (``artifacts/deploy-iter-NNN/deploy-iter-NNN.html``) and the experiment page
-(``artifacts/experiment.html``, ``deploy_suite.reports.experiment``) is rebuilt, and the last lines
+(``artifacts/experiment.html``, ``deploy_suite.reports.experiment_page``) is rebuilt, and the last lines
 of the terminal say where each is. This plugin puts the whole ledger report (summary, step
 evidence, capacity table and GPU picture, readiness, smoke, patches, limitations, commands,
 cleanup) at the top of pytest-html's page through the
@@ -26,7 +26,7 @@ from pytest_html import extras
 
 from deploy_suite.errors import SuiteError
 from deploy_suite.record import ledger as ledger_mod
-from deploy_suite.reports import experiment as report_experiment
+from deploy_suite.reports import experiment_page
 from deploy_suite.reports import iteration as renderer
 from deploy_suite.vocab import RunStatus, StepOutcome
 
@@ -63,14 +63,14 @@ class ReportPlugin:
         if path is None:  # nothing of this run is in the experiment tree: leave it as it was
             return
         try:
-            page = report_experiment.iteration_page(path)
+            page = experiment_page.iteration_page(path)
             ledger_mod.atomic_write_text(page, renderer.render(self.run.document, self.run.context.rel(path),
                                                                renderer.links_for(path, page.parent)))
             self.pages.append(("iteration page", page))
         except OSError as exc:
             self.pages.append(("iteration page", f"not written ({exc})"))
         try:
-            self.pages.append(("experiment page", report_experiment.write(self.run.context.exp_root)))
+            self.pages.append(("experiment page", experiment_page.write(self.run.context.exp_root)))
         except (OSError, SuiteError) as exc:
             self.pages.append(("experiment page", f"not written ({exc})"))
 

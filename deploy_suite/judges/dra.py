@@ -5,7 +5,7 @@ A claim names a ResourceClaimTemplate (one claim per pod) or a ResourceClaim; th
 name a DeviceClass, whose CEL selectors name the driver (``device.driver == "gpu.nvidia.com"``);
 the driver's ResourceSlices publish its devices, per node (``nodeName``) or for many nodes at once
 (``allNodes``, ``nodeSelector``). Step 2 reads these objects read-only
-(``deploy_suite.procedure.capacity``); what it could not read (``Forbidden``, DRA not served) is a
+(``deploy_suite.procedure.capacity_gate``); what it could not read (``Forbidden``, DRA not served) is a
 limitation, never a block. What is read is judged as Kubernetes' scheduler would: a claim template
 or claim neither the namespace nor the manifest holds (no claim is ever made for the pod), a
 template a ComputeDomain of the manifest would create on a cluster that does not serve that kind or

@@ -48,7 +48,7 @@ class Verdict:
     # Final whatever other speakers say (an oversized request, an invalid template, a crash loop).
     decisive: bool = False
     # False: a wait the evidence cannot confirm is legitimate (contention unverifiable without node
-    # reads); waited on, but never a sign that suspends step 6's no-progress bound (judges/waiting.py).
+    # reads); waited on, but never a sign that suspends step 6's no-progress bound (judges/wait_signs.py).
     verified: bool = True
     # The patch or change that fixes it, when the rule knows one (a signature's fix), and the other
     # speakers' verdicts this one outranked (deploy-suite triage --json, docs/triage.md).

@@ -52,7 +52,7 @@ class CopyPatch:
     reason: str  # why, naming the evidence
 
     def record(self) -> dict[str, Any]:
-        """The ledger's ``patches`` entry fields (``deploy_suite.procedure.compat.Patch``'s shape)."""
+        """The ledger's ``patches`` entry fields (``deploy_suite.procedure.compat_patches.Patch``'s shape)."""
         return {"change": self.change, "reason": self.reason, "document": self.document,
                 "changes": [{"op": self.op, "pointer": self.pointer, "before": self.before, "after": self.after}],
                 "evidence": {"document_index": self.index, "found": {self.pointer: self.before}},

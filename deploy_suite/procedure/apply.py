@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deploy_suite import clock, yamlio
-from deploy_suite.access.kube import Kube, Obj
+from deploy_suite.access.kube import DGD, Kube, Obj
 from deploy_suite.constants import DGD_KIND
 from deploy_suite.errors import PartialResult, PlatformFault, StepBlocked
+from deploy_suite.judges import ownership
 from deploy_suite.model.dgd import Dgd, from_documents
-from deploy_suite.procedure import owner
 from deploy_suite.procedure.context import StepContext
 from deploy_suite.procedure.retire import OwnTeardown
 from deploy_suite.record import resume
@@ -77,7 +77,7 @@ def apply(run: StepContext, kube: Kube) -> Applied:
     path = run.manifests["deploy"]
     docs = yamlio.load_all(path, str(path))
     dgd = from_documents(docs, str(path))
-    before = owner.require_not_foreign(kube, run.namespace, dgd.name, "step 5 refuses to apply over it")
+    before = require_not_foreign(kube, run.namespace, dgd.name, "step 5 refuses to apply over it")
     try:
         applied = kube.apply_documents(docs, run.namespace, run.rel(path))
     except PlatformFault as exc:
@@ -89,6 +89,15 @@ def apply(run: StepContext, kube: Kube) -> Applied:
                    f"kubectl --context {kube.context} delete dynamographdeployment {dgd.name} -n {run.namespace}",
                    before.state, own)
 
+
+def require_not_foreign(kube: Kube, namespace: str, name: str, what: str) -> ownership.Ownership:
+    """Read the DGD (one GET; the judge reads only the object) and stop (:class:`StepBlocked`, ``what``
+    ending its message) when it exists and is not this experiment's (``deploy_suite.judges.ownership``)."""
+    found = ownership.judge(kube.get_or_none(DGD, name, namespace), name, namespace, kube.field_manager,
+                            kube_context=kube.context)
+    if found.foreign:
+        raise found.blocked(what)
+    return found
 
 def _own_apply(allocations: resume.Allocations, kube: Kube, dgd: Dgd, applied: Sequence[Obj]) -> OwnApply:
     """The DGD's uid as applied; a re-apply after a teardown resets ``torn_down_at`` and closes the

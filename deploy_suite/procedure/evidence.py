@@ -18,7 +18,7 @@ from typing import Any
 from deploy_suite.access.kube import DGD, Kube, Obj
 from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.errors import KubeError
-from deploy_suite.judges import triage, waiting
+from deploy_suite.judges import triage, wait_signs
 from deploy_suite.record.ledger import redact
 
 LOG_LINES = 40  # per container, as `kubectl logs --tail=40`
@@ -126,7 +126,7 @@ def last_line(kube: Kube, namespace: str, pod: str, container: str) -> str | Non
         log = kube.pod_log(pod, namespace, container, tail=LINE_TAIL, limit_bytes=LINE_BYTES)
     except KubeError:
         return None
-    lines = [waiting.clip(line) for line in redact(log).splitlines()]
+    lines = [wait_signs.clip(line) for line in redact(log).splitlines()]
     return next((line for line in reversed(lines) if line), None)
 
 

@@ -45,8 +45,8 @@ from deploy_suite.model.manifests import (
 )
 from deploy_suite.model.portable import CopyPatch, portable_copy
 from deploy_suite.model.workload import MISSING, WORKLOAD_FIX, Workload, contract_dgd_candidates, lookup, parse_workload
-from deploy_suite.procedure import compat
-from deploy_suite.procedure.compat import Patch
+from deploy_suite.procedure import compat_patches
+from deploy_suite.procedure.compat_patches import Patch
 from deploy_suite.procedure.settings import Settings, SupportInput, deploy_id
 from deploy_suite.procedure.workspace import AppliedManifest, PreviousDeployment, Resume, claim, fill, read_previous
 from deploy_suite.record.ledger import Ledger, atomic_write_text
@@ -210,7 +210,7 @@ def prepare(settings: Settings, on_directory: OnDirectory | None = None) -> Prep
     # What an exported manifest carries from its cluster, dropped first: the caller's fix addresses the copy.
     portable = _portable(manifests, workload.namespace)
     # The caller's Kubernetes-only fix, in place in the copies (and the earlier ones a re-made copy lost).
-    handed, skipped = compat.apply_handed(
+    handed, skipped = compat_patches.apply_handed(
         settings.compat_patch, {m.type: m.path for m in manifests}, set(resume.recopied) if resume else set(),
         [p for p in (earlier or {}).get("patches") or [] if isinstance(p, Mapping)], exp_root)
     # The sources must still be what was handed over once copied (nobody edited them meanwhile).

@@ -107,7 +107,7 @@ def wait_ready(kube: Kube, namespace: str, dgd: Dgd, bounds: Timeouts, *, fronte
     (:class:`waits.DgdReady`); the frontend Service present when one is expected.
 
     Progress-aware: the wait goes on while pods advance or wait with a sign of a legitimate wait
-    (held for GPUs, an image pulling, a model loading: :mod:`deploy_suite.judges.waiting`) and fails
+    (held for GPUs, an image pulling, a model loading: :mod:`deploy_suite.judges.wait_signs`) and fails
     (``no-progress``) after ``bounds.readiness_no_progress_s`` while something is stuck with none of
     these signs, naming the last progress seen and what is stuck; a container loading longer than
     ``bounds.readiness_loading_s`` ends it (``timeout``); ``bounds.readiness_s`` is the hard cap;

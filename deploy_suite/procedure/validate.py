@@ -6,7 +6,7 @@ patches of the run-scoped copies, a server-side dry-run of every document, secre
 metadata only), PVCs, storage classes, image tags (what the manifests name:
 ``deploy_suite.model.references``), the workload's policy (``resources.pinned``,
 ``resources.gpu_ceiling``), capacity over every resource the pods ask for
-(``deploy_suite.procedure.capacity``), the GPU SKU (``deploy_suite.judges.sku``), the ownership of the
+(``deploy_suite.procedure.capacity_gate``), the GPU SKU (``deploy_suite.judges.sku``), the ownership of the
 DGDs steps 3 and 5 would touch (``deploy_suite.judges.ownership``) and, last, the experiment's budgets
 (``deploy_suite.record.budget``). Every failed gate becomes a blocker; ``Forbidden`` on an advisory
 cluster-scope read becomes a run limitation. Nothing here creates, updates or deletes a cluster
@@ -33,16 +33,14 @@ from deploy_suite.constants import (
     DGD_PLURAL,
 )
 from deploy_suite.errors import Forbidden, NotFound, StepBlocked
-from deploy_suite.judges import placement, sku
-from deploy_suite.judges.ownership import LedgerName
+from deploy_suite.judges import ownership, placement, sku
 from deploy_suite.model import knobs
 from deploy_suite.model.dgd import Dgd, from_documents
 from deploy_suite.model.files import display, sha256_file
 from deploy_suite.model.references import image_tag, referenced_claims, referenced_secrets, walk
 from deploy_suite.model.workload import contract_dgd_candidates
-from deploy_suite.procedure import capacity as capacity_gate
-from deploy_suite.procedure import compat, dryrun, owner, platform, retire
-from deploy_suite.procedure.compat import Outcome
+from deploy_suite.procedure import capacity_gate, compat_patches, dryrun, platform, retire
+from deploy_suite.procedure.compat_patches import Outcome
 from deploy_suite.procedure.context import StepContext
 from deploy_suite.record import budget, experiment, resume
 from deploy_suite.record.ledger import Ledger
@@ -203,10 +201,11 @@ class Validator:
 
     def compatibility_patches(self, dgd: Dgd, docs: dict[str, list[Obj]]) -> None:
         """Cluster-only fixes the cluster's own objects justify, in the run-scoped copies, recorded
-        (``deploy_suite.procedure.compat``)."""
-        out = compat.Patcher(self.kube, self.inp.namespace, self.inp.workload, self.storage_classes,
-                             self.nodes).patch(dgd, docs, {"deploy": self.inp.deploy_path, **self.inp.support_paths},
-                                               self.inp.display_root)
+        (``deploy_suite.procedure.compat_patches``)."""
+        patcher = compat_patches.Patcher(self.kube, self.inp.namespace, self.inp.workload, self.storage_classes,
+                                         self.nodes)
+        out = patcher.patch(dgd, docs, {"deploy": self.inp.deploy_path, **self.inp.support_paths},
+                            self.inp.display_root)
         self.report.merge(out)
 
     def dry_run(self, docs: dict[str, list[Obj]]) -> None:
@@ -307,10 +306,11 @@ class Validator:
         seen = []
         for (ns, name), what in targets.items():
             # The DGD step 3 retires is the experiment's when its ledger names it exactly, whoever applied it.
-            named = LedgerName(name, ns, self.kube.context, self.inp.retiring_uid) \
+            named = ownership.LedgerName(name, ns, self.kube.context, self.inp.retiring_uid) \
                 if (ns, name) == self.inp.retiring else None
             try:
-                found = owner.check(self.kube, ns, name, named)
+                found = ownership.judge(self.kube.get_or_none(DGD, name, ns), name, ns, self.kube.field_manager,
+                                        ledger=named, kube_context=self.kube.context)
             except Forbidden:
                 self.report.block(BlockerClass.OWNERSHIP, f"DGD {ns}/{name}: get forbidden, so who created it is "
                                   "unknown", "grant get on dynamographdeployments in the namespace")
@@ -322,7 +322,7 @@ class Validator:
         self.ev["ownership"] = seen
 
     def check_capacity(self, dgd: Dgd, docs: dict[str, list[Obj]] | None = None) -> None:
-        """Every resource the pods ask for (``deploy_suite.procedure.capacity``). Step 3 deletes the
+        """Every resource the pods ask for (``deploy_suite.procedure.capacity_gate``). Step 3 deletes the
         previous iteration's DGD before the apply: its GPUs will be free. A rerun's own live DGD
         (deploy_suite/record/resume.py) is re-applied in place: its pods are the demand itself."""
         excluded = [x for x in (self.inp.retiring, self.inp.own) if x is not None]

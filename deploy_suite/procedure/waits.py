@@ -22,12 +22,12 @@ from deploy_suite.access.resources import DGD, Obj
 from deploy_suite.access.watch import Judge, Seen, Watch
 from deploy_suite.constants import LABEL_DGD_NAME, LABEL_JOB_NAME
 from deploy_suite.errors import Forbidden, KubeError, NotFound, StepFailure
-from deploy_suite.judges import claims, conditions, operator_status, signatures, triage, waiting
+from deploy_suite.judges import claims, conditions, operator_status, signatures, triage, wait_signs
 from deploy_suite.judges import nodes as node_judge
 from deploy_suite.judges.conditions import DgdStatus, gpus_of, milestones, stop, unschedulable
 from deploy_suite.judges.membership import pod_ready
 from deploy_suite.judges.triage import Verdict  # DgdReady has a field named triage
-from deploy_suite.judges.waiting import Sign, Waiting
+from deploy_suite.judges.wait_signs import Sign, Waiting
 from deploy_suite.model import discovery
 from deploy_suite.procedure import holds
 from deploy_suite.vocab import FailureCategory, TriageCategory, WaitingSign
@@ -139,7 +139,7 @@ class PendingTriage:
         # When a pod waiting for capacity is due to be triaged again (clock.monotonic()).
         self._due: dict[str, float] = {}
         # The newest scheduler verdict on each unschedulable pod: a hold decision is a sign of a
-        # legitimate wait until its next check says otherwise (judges/waiting.py).
+        # legitimate wait until its next check says otherwise (judges/wait_signs.py).
         self.held: dict[str, triage.Verdict] = {}
         self._pulls: dict[str, tuple[str, triage.Verdict]] = {}
 
@@ -231,7 +231,7 @@ class PendingTriage:
 
 
 class SignReads:
-    """The API reads behind the signs of a legitimate wait (:mod:`deploy_suite.judges.waiting`),
+    """The API reads behind the signs of a legitimate wait (:mod:`deploy_suite.judges.wait_signs`),
     each at a modest rate: a pod's events while only they can tell a pull under way, and the
     loading container's last log line (``read_line``: pod, container -> the line, bounded and
     redacted, or None). A refused read shows no sign: the pod counts as stuck, the wait goes on."""
@@ -250,13 +250,13 @@ class SignReads:
         now = clock.monotonic()
         out: dict[str, list[Obj]] = {}
         for pod in pods:
-            if not waiting.needs_events(pod):
+            if not wait_signs.needs_events(pod):
                 continue
             name = str(pod["metadata"]["name"])
             key = f"{name}/{pod['metadata'].get('uid')}"
             since = self._since.setdefault(key, now)
             read_at, said = self._events.get(key, (None, []))
-            due = read_at is None or (now - read_at >= EVENTS_EVERY_S and waiting.pulling(pod, said) is None)
+            due = read_at is None or (now - read_at >= EVENTS_EVERY_S and wait_signs.pulling(pod, said) is None)
             if now - since >= LOOK_AFTER_S and due:
                 try:
                     said = self.kube.events_for(name, self.namespace)
@@ -343,7 +343,7 @@ class DgdReady:
     last_progress: str = "nothing yet"
     last_progress_at: str | None = None
     progress_mono: float = field(default_factory=clock.monotonic)
-    # Signs of a legitimate wait (judges/waiting.py): the no-progress bound counts only while
+    # Signs of a legitimate wait (judges/wait_signs.py): the no-progress bound counts only while
     # something is stuck; a loading container is bounded by loading_s.
     reads: SignReads | None = None
     loading_s: float = 3600.0
@@ -419,7 +419,7 @@ class DgdReady:
             desc += f"; reconcile error for {clock.monotonic() - self._failed_since:.0f}s, not yet a verdict"
         if self.contention:
             desc += f"; contention: {self.contention[-1]['diagnosis'][:120]}"
-        said = waiting.summary(self.signs, clock.now(), self._line)
+        said = wait_signs.summary(self.signs, clock.now(), self._line)
         return status.done, f"{desc}; {said}" if said else desc
 
     def _judge_waiting(self, pods: Sequence[Obj], status: DgdStatus, gate: str | None = None) -> None:
@@ -433,16 +433,16 @@ class DgdReady:
         missing = self._unregistered(pods) if pending is not None else []
         if pending is not None and missing:
             pending += f"; not registered with Kubernetes discovery (no DynamoWorkerMetadata): {', '.join(missing)}"
-        self.signs = waiting.judge(pods, sum(self.wanted.values()), self.triage.held, events,
-                                   dgd_pending=pending, fallback=self.started_at, gate=held)
+        self.signs = wait_signs.judge(pods, sum(self.wanted.values()), self.triage.held, events,
+                                      dgd_pending=pending, fallback=self.started_at, gate=held)
         if not self.signs.stuck:
             self.waiting_mono = clock.monotonic()
         loads = self.signs.of(WaitingSign.LOADING)
         longest = max(loads, key=lambda s: s.seconds(now)) if loads else None
         self._line = self.reads.line(longest, now) if self.reads is not None else None
-        late = waiting.overdue(self.signs, now, self.loading_s)
+        late = wait_signs.overdue(self.signs, now, self.loading_s)
         if late is not None:
-            raise waiting.loading_failure(late, now, self.loading_s, self._line if late == longest else None)
+            raise wait_signs.loading_failure(late, now, self.loading_s, self._line if late == longest else None)
 
     def _judge_failed(self, st: Obj) -> None:
         """How long a ``failed`` state has lasted, and the verdict once it is final."""

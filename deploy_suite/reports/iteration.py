@@ -16,7 +16,7 @@ stylesheet and script leave the block alone.
 Here: the view model of the summary, the sections and the page (what each shows); their markup is
 ``templates/iteration.html.j2`` (the block), ``iteration_page.html.j2`` (the page) and
 ``report.css``. Ledger values as view models are ``deploy_suite.reports.values``; the capacity
-section's ``deploy_suite.reports.capacity``.
+section's ``deploy_suite.reports.gpu_slots``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from deploy_suite.errors import LedgerError
 from deploy_suite.record import experiment, resume
 from deploy_suite.record import ledger as ledger_mod
 from deploy_suite.reports import markup
-from deploy_suite.reports.capacity import capacity_view
+from deploy_suite.reports.gpu_slots import capacity_view
 from deploy_suite.reports.values import NO_LINKS, Muted, Node, get_list, get_map, rest, seconds, value_node
 from deploy_suite.reports.values import Links as Links  # re-exported: the type of every links= argument
 from deploy_suite.vocab import BlockerClass, RunStatus, StepOutcome

@@ -12,7 +12,7 @@ from deploy_suite.errors import InputError
 from deploy_suite.judges import compat
 from deploy_suite.model import patches
 from deploy_suite.model.dgd import from_documents
-from deploy_suite.procedure import compat as procedure_compat
+from deploy_suite.procedure import compat_patches
 from deploy_suite.procedure.validate import _unchanged_retry
 from deploy_suite.yamlio import dump_all, load_all
 
@@ -128,17 +128,17 @@ def test_handed_patches_apply_once_and_are_re_applied_to_a_copy_made_again(tmp_p
     copy.write_text(dump_all([dgd({"pool": "a"})]))
     f = write(tmp_path / "p.yaml", f"reason: pool renamed\noperations:\n  - {{op: add, path: {WORKER}/tolerations, "
                                    "value: [{key: k, operator: Exists}]}\n")
-    made, skipped = procedure_compat.apply_handed(f, {"deploy": copy}, set(), [], tmp_path)
+    made, skipped = compat_patches.apply_handed(f, {"deploy": copy}, set(), [], tmp_path)
     assert [p.source for p in made] == ["handed-over"] and not skipped
     recorded = [p.as_dict() for p in made]
     assert recorded[0]["operations"] and recorded[0]["patch_file"] == "p.yaml"
     patched = copy.read_text()
     # The same command again on the kept copy: nothing applied twice.
-    made, skipped = procedure_compat.apply_handed(f, {"deploy": copy}, set(), recorded, tmp_path)
+    made, skipped = compat_patches.apply_handed(f, {"deploy": copy}, set(), recorded, tmp_path)
     assert made == [] and skipped and copy.read_text() == patched
     # The copy made again from its source: the recorded patch comes back, once.
     copy.write_text(dump_all([dgd({"pool": "a"})]))
-    made, _ = procedure_compat.apply_handed(f, {"deploy": copy}, {"deploy.yaml"}, recorded, tmp_path)
+    made, _ = compat_patches.apply_handed(f, {"deploy": copy}, {"deploy.yaml"}, recorded, tmp_path)
     assert len(made) == 1 and copy.read_text() == patched
 
 
@@ -150,7 +150,7 @@ def test_a_refused_handed_patch_writes_nothing(tmp_path: Path) -> None:
                                    f"  - {{op: replace, path: {WORKER}/nodeSelector/pool, value: b}}\n"
                                    f"  - {{op: replace, path: /spec/services/VllmWorker/replicas, value: 4}}\n")
     with pytest.raises(InputError, match=r"operation 2 .*replicas") as err:
-        procedure_compat.apply_handed(f, {"deploy": copy}, set(), [], tmp_path)
+        compat_patches.apply_handed(f, {"deploy": copy}, set(), [], tmp_path)
     assert err.value.input_name.startswith("--compat-patch") and copy.read_text() == before
     assert load_all(copy)[0]["spec"]["services"]["VllmWorker"]["replicas"] == 1
 

@@ -12,7 +12,7 @@ import pytest
 
 from deploy_suite.access.kube import DGD, Kube
 from deploy_suite.judges import ownership
-from deploy_suite.procedure import owner
+from deploy_suite.procedure import apply
 from deploy_suite.procedure.validate import ValidationInputs, Validator
 from tests import fakekube
 from tests.fakekube import FakeApi
@@ -66,7 +66,7 @@ def test_a_dgd_named_by_its_ledger_is_recorded_whoever_applied_it() -> None:
 def test_an_applied_dgd_reads_back_as_ours(fake: tuple[FakeApi, Kube]) -> None:
     api, kube = fake
     kube.apply(fakekube.dgd("d", NS, manager=None), NS)
-    assert owner.check(kube, NS, "d").state == "ours"
+    assert apply.require_not_foreign(kube, NS, "d", "x").state == "ours"
     assert api.of("PATCH")[0].query == {"fieldManager": MINE, "force": "true"}
 
 
@@ -74,11 +74,11 @@ def test_a_foreign_dgd_stops_with_one_line_naming_its_managers(fake: tuple[FakeA
     api, kube = fake
     api.put(DGD, fakekube.dgd("d", NS, manager="alice"))
     with pytest.raises(Exception) as caught:
-        owner.require_not_foreign(kube, NS, "d", "step 5 refuses to apply over it")
+        apply.require_not_foreign(kube, NS, "d", "step 5 refuses to apply over it")
     assert str(caught.value).splitlines()[0].startswith(
         f"DynamoGraphDeployment {NS}/d exists and was not created by this experiment (field managers: alice); "
         "step 5 refuses to apply over it")
-    assert owner.require_not_foreign(kube, NS, "absent", "x").state == "absent"
+    assert apply.require_not_foreign(kube, NS, "absent", "x").state == "absent"
 
 
 def validator(kube: Kube, tmp_path: Path, retiring: tuple[str, str] | None,

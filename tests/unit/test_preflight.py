@@ -14,7 +14,7 @@ from deploy_suite.errors import StepBlocked
 from deploy_suite.model.dgd import load_dgd
 from deploy_suite.model.files import sha256_file
 from deploy_suite.procedure import validate
-from deploy_suite.procedure.compat import Finding, Patch
+from deploy_suite.procedure.compat_patches import Finding, Patch
 from deploy_suite.procedure.settings import Settings
 from deploy_suite.procedure.validate import Preflight, ValidationInputs, ValidationReport
 from deploy_suite.procedure.workspace import PreviousDeployment

@@ -21,7 +21,7 @@ from deploy_suite.judges.capacity import check_capacity
 from deploy_suite.model.dgd import PodDemand
 from deploy_suite.model.scheduling import Scheduling
 from deploy_suite.record import ledger as ledger_mod
-from deploy_suite.reports import capacity as report_capacity
+from deploy_suite.reports import gpu_slots
 from deploy_suite.reports import iteration as report
 
 DATA = Path(__file__).parent / "data"
@@ -109,7 +109,7 @@ def test_capacity_picture_matches_the_engine_grid() -> None:
     demands = [PodDemand(f"W-{i}", "W", "worker", i, 0, 2, "nvidia.com/gpu", Scheduling((), None, (), (), ()),
                          {}, "ns") for i in range(3)]
     result = check_capacity(demands, [node("a", 4), node("b", 4), node("c", 2, cordoned=True)], pods)
-    mine = report_capacity.capacity_grid(result.to_dict()["table"])
+    mine = gpu_slots.capacity_grid(result.to_dict()["table"])
     assert [[s["kind"] for s in g["slots"]] for g in mine] == [[s["kind"] for s in g["slots"]] for g in result.grid()]
     assert mine[2]["cordoned"] is True
 

@@ -9,8 +9,7 @@ import pytest
 from deploy_suite import clock
 from deploy_suite.access.kube import DGD, KNOWN
 from deploy_suite.errors import StepBlocked, StepFailure, WaitTimeout
-from deploy_suite.judges import triage
-from deploy_suite.judges import waiting as waiting_judge
+from deploy_suite.judges import triage, wait_signs
 from deploy_suite.model.scheduling import pod_request, quantity
 from deploy_suite.procedure import waits
 from deploy_suite.procedure.smoke import parse_instance_id
@@ -529,7 +528,7 @@ def test_a_mixed_shortage_and_taint_message_without_node_reads_is_no_hold_decisi
     assert verdict is not None and verdict.can_wait and not verdict.verified
     assert "cannot be told" in verdict.diagnosis and "--compat-patch" in verdict.diagnosis
     # Not a sign of a legitimate wait: step 6's no-progress bound counts while it lasts.
-    assert waiting_judge.judge([pod], 1, {"w-0": verdict}, {}, dgd_pending=None, fallback=clock.now()).stuck
+    assert wait_signs.judge([pod], 1, {"w-0": verdict}, {}, dgd_pending=None, fallback=clock.now()).stuck
     # Only a shortage: contention, a bounded-by-readiness legitimate wait as before.
     short = {"metadata": {"name": "w-0"}, "status": {"conditions": [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",

@@ -16,8 +16,7 @@ from typing import Any
 from deploy_suite.access.kube import Kube, Obj, Resource
 from deploy_suite.constants import LABEL_DGD_NAME
 from deploy_suite.errors import Forbidden, NotFound
-from deploy_suite.judges import capacity as capacity_mod
-from deploy_suite.judges import dra, placement
+from deploy_suite.judges import capacity, dra, placement
 from deploy_suite.model.dgd import Dgd
 from deploy_suite.model.scheduling import DraClaim
 from deploy_suite.procedure.platform import Verdicts
@@ -100,7 +99,7 @@ def check(kube: Kube, dgd: Dgd, docs: Sequence[Any], nodes: list[Obj] | None, *,
     """The capacity section of the ledger and the gate's verdicts. ``excluded`` are the DGDs
     whose pods hold nothing by the time step 5 applies (the retiring one, a rerun's own)."""
     found = Verdicts()
-    gpu_less = capacity_mod.gpu_less(dgd)
+    gpu_less = capacity.gpu_less(dgd)
     if nodes is None and not gpu_less:
         return {"capacity": "unknown", "reasons": ["node list forbidden"]}, found
     view = read_dra(kube, dgd, docs, namespace) if any(c.dra_claims for c in dgd.components) else None
@@ -115,7 +114,7 @@ def check(kube: Kube, dgd: Dgd, docs: Sequence[Any], nodes: list[Obj] | None, *,
             return {"capacity": "unknown", "reasons": ["pod list forbidden"]}, found
         pods = [p for p in pods if ((p["metadata"].get("namespace"), (p["metadata"].get("labels") or {})
                                      .get(LABEL_DGD_NAME)) not in excluded)]
-    result = capacity_mod.check_capacity(dgd, nodes or [], pods, namespace=namespace, dra=view)
+    result = capacity.check_capacity(dgd, nodes or [], pods, namespace=namespace, dra=view)
     section = {**result.to_dict(), "excluded_dgds": [f"{ns}/{name}" for ns, name in excluded]}
     found.warnings.extend(result.warnings)
     if result.never_offered:

@@ -1,4 +1,4 @@
-"""Step 6's signs of a legitimate wait (deploy_suite.judges.waiting) and the wait that obeys them
+"""Step 6's signs of a legitimate wait (deploy_suite.judges.wait_signs) and the wait that obeys them
 (procedure.waits.DgdReady, readiness.wait_ready): a hold decision, an image pull under way and a
 model loading are not "no progress"; what is stuck with none of these signs is; a loading
 container has its own bound. A FakeClock is installed; the wait loop is played tick by tick."""
@@ -18,7 +18,7 @@ from deploy_suite.access.kube import KNOWN, Kube
 from deploy_suite.access.watch import TICK_S
 from deploy_suite.constants import LABEL_COMPONENT
 from deploy_suite.errors import StepBlocked, StepFailure, WaitTimeout
-from deploy_suite.judges import waiting
+from deploy_suite.judges import wait_signs
 from deploy_suite.judges.triage import Verdict
 from deploy_suite.model.dgd import load_dgd
 from deploy_suite.procedure import readiness, waits
@@ -88,83 +88,86 @@ def contention() -> Verdict:
 
 
 def test_a_hold_decision_is_a_sign_and_a_verdict_that_is_none_is_stuck() -> None:
-    sign = waiting.pod_wait(held(), contention(), [], START)
-    assert isinstance(sign, waiting.Sign) and sign.kind == WaitingSign.HELD and "capacity" in sign.detail
+    sign = wait_signs.pod_wait(held(), contention(), [], START)
+    assert isinstance(sign, wait_signs.Sign) and sign.kind == WaitingSign.HELD and "capacity" in sign.detail
     unknown = Verdict(TriageCategory.UNKNOWN, "not classified", can_wait=True, next_check_s=30.0)
-    assert waiting.pod_wait(held(), unknown, [], START) == \
+    assert wait_signs.pod_wait(held(), unknown, [], START) == \
         f"pod {WORKER} unschedulable, no hold decision (unknown)"
-    assert waiting.pod_wait(held(), None, [], START) == \
+    assert wait_signs.pod_wait(held(), None, [], START) == \
         f"pod {WORKER} unschedulable, no hold decision (not triaged yet)"
 
 
 def test_a_container_running_without_restarts_and_not_ready_is_loading_since_it_started() -> None:
-    sign = waiting.pod_wait(running(started_s=30), None, [], START)
-    assert isinstance(sign, waiting.Sign) and (sign.kind, sign.container) == (WaitingSign.LOADING, "main")
+    sign = wait_signs.pod_wait(running(started_s=30), None, [], START)
+    assert isinstance(sign, wait_signs.Sign) and (sign.kind, sign.container) == (WaitingSign.LOADING, "main")
     assert sign.seconds(START + dt.timedelta(seconds=630)) == 600
     # A restart (or a container waiting on an error) takes the sign away: a crash is not a load.
-    assert waiting.pod_wait(running(restarts=1), None, [], START) == f"pod {WORKER} container main restarted 1 time(s)"
+    assert wait_signs.pod_wait(running(restarts=1), None, [], START) == \
+        f"pod {WORKER} container main restarted 1 time(s)"
     crashing = running()
     crashing["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
-    assert waiting.pod_wait(crashing, None, [], START) == f"pod {WORKER} container main waiting: CrashLoopBackOff"
-    assert waiting.pod_wait(running(ready=True), None, [], START) is None
+    assert wait_signs.pod_wait(crashing, None, [], START) == f"pod {WORKER} container main waiting: CrashLoopBackOff"
+    assert wait_signs.pod_wait(running(ready=True), None, [], START) is None
     # An unsaid start dates from the fallback (the wait's start).
     unsaid = running()
     unsaid["status"]["containerStatuses"][0]["state"]["running"] = {}
-    assert waiting.loading(unsaid, START + dt.timedelta(seconds=5)).since == START + dt.timedelta(seconds=5)
+    assert wait_signs.loading(unsaid, START + dt.timedelta(seconds=5)).since == START + dt.timedelta(seconds=5)
 
 
 def test_a_pull_under_way_is_the_kubelets_pulling_with_no_failure_and_no_pulled_after_it() -> None:
-    sign = waiting.pod_wait(creating(), None, [kubelet("Pulling", 10)], START)
-    assert isinstance(sign, waiting.Sign) and sign.kind == WaitingSign.PULLING
+    sign = wait_signs.pod_wait(creating(), None, [kubelet("Pulling", 10)], START)
+    assert isinstance(sign, wait_signs.Sign) and sign.kind == WaitingSign.PULLING
     assert (sign.container, sign.detail) == ("main", "registry.local/runtime:1")
     assert sign.since == START + dt.timedelta(seconds=10)
     stuck = f"pod {WORKER} container main not created, no image pull under way"
-    assert waiting.pod_wait(creating(), None, [], START) == stuck
-    assert waiting.pod_wait(creating(), None, [kubelet("Pulling", 10), kubelet("Failed", 40)], START) == stuck
-    assert waiting.pod_wait(creating(), None, [kubelet("Pulling", 10), kubelet("BackOff", 40)], START) == stuck
-    assert waiting.pod_wait(creating(), None, [kubelet("Pulling", 10), kubelet("Pulled", 10)], START) == stuck
+    assert wait_signs.pod_wait(creating(), None, [], START) == stuck
+    assert wait_signs.pod_wait(creating(), None, [kubelet("Pulling", 10), kubelet("Failed", 40)], START) == stuck
+    assert wait_signs.pod_wait(creating(), None, [kubelet("Pulling", 10), kubelet("BackOff", 40)], START) == stuck
+    assert wait_signs.pod_wait(creating(), None, [kubelet("Pulling", 10), kubelet("Pulled", 10)], START) == stuck
     # An earlier pod of the same name, another container: not this pull.
-    assert waiting.pod_wait(creating(), None, [kubelet("Pulling", 10, uid="uid-old")], START) == stuck
-    assert waiting.pod_wait(creating(), None, [kubelet("Pulling", 10, container="sidecar")], START) == stuck
+    assert wait_signs.pod_wait(creating(), None, [kubelet("Pulling", 10, uid="uid-old")], START) == stuck
+    assert wait_signs.pod_wait(creating(), None, [kubelet("Pulling", 10, container="sidecar")], START) == stuck
     # A pod the kubelet has not reported on: every container waits to be created.
     bare = creating()
     bare["status"]["containerStatuses"] = []
-    assert waiting.needs_events(bare) and waiting.pod_wait(bare, None, [kubelet("Pulling", 3)], START).kind == "pulling"
-    assert not waiting.needs_events(running()) and not waiting.needs_events(held())
+    assert wait_signs.needs_events(bare)
+    assert wait_signs.pod_wait(bare, None, [kubelet("Pulling", 3)], START).kind == "pulling"
+    assert not wait_signs.needs_events(running()) and not wait_signs.needs_events(held())
 
 
 def test_the_dgd_is_stuck_only_when_nothing_waits_with_a_sign() -> None:
     frontend = running("demo-frontend-0", ready=True)
-    judged = waiting.judge([frontend, running()], 2, {}, {}, dgd_pending="dgd/demo state=pending", fallback=START)
+    judged = wait_signs.judge([frontend, running()], 2, {}, {}, dgd_pending="dgd/demo state=pending", fallback=START)
     assert [s.kind for s in judged.signs] == ["loading"] and judged.stuck == ()
-    judged = waiting.judge([frontend], 2, {}, {}, dgd_pending="dgd/demo state=pending", fallback=START)
+    judged = wait_signs.judge([frontend], 2, {}, {}, dgd_pending="dgd/demo state=pending", fallback=START)
     assert judged.stuck == ("1 of 2 pods not created",)
-    ready = waiting.judge([frontend, running(ready=True)], 2, {}, {}, dgd_pending="dgd/demo state=pending",
-                          fallback=START)
+    ready = wait_signs.judge([frontend, running(ready=True)], 2, {}, {}, dgd_pending="dgd/demo state=pending",
+                             fallback=START)
     assert ready.stuck == ("dgd/demo state=pending",)
-    assert waiting.judge([frontend, running(ready=True)], 2, {}, {}, dgd_pending=None, fallback=START) == \
-        waiting.Waiting()
+    assert wait_signs.judge([frontend, running(ready=True)], 2, {}, {}, dgd_pending=None, fallback=START) == \
+        wait_signs.Waiting()
     # A pod on its way out is neither: the ones replacing it count.
     leaving = creating()
     leaving["metadata"]["deletionTimestamp"] = at(1)
-    assert waiting.judge([frontend, leaving], 2, {}, {}, dgd_pending=None, fallback=START).stuck == \
+    assert wait_signs.judge([frontend, leaving], 2, {}, {}, dgd_pending=None, fallback=START).stuck == \
         ("1 of 2 pods not created",)
 
 
 def test_the_live_line_and_the_loading_verdict_name_the_container_and_its_last_line() -> None:
-    judged = waiting.judge([running(started_s=0), running("demo-worker-1", started_s=100), creating("demo-worker-2")],
-                           3, {}, {"demo-worker-2": [{**kubelet("Pulling", 120), "involvedObject": {
-                               "kind": "Pod", "name": "demo-worker-2", "fieldPath": "spec.containers{main}"}}]},
-                           dgd_pending=None, fallback=START)
+    judged = wait_signs.judge([running(started_s=0), running("demo-worker-1", started_s=100),
+                               creating("demo-worker-2")],
+                              3, {}, {"demo-worker-2": [{**kubelet("Pulling", 120), "involvedObject": {
+                                  "kind": "Pod", "name": "demo-worker-2", "fieldPath": "spec.containers{main}"}}]},
+                              dgd_pending=None, fallback=START)
     now = START + dt.timedelta(seconds=190)
-    assert waiting.summary(judged, now, "INFO loading weights 45%") == (
+    assert wait_signs.summary(judged, now, "INFO loading weights 45%") == (
         f'loading for 3 min (pod {WORKER} container main, 1 more loading): "INFO loading weights 45%"; '
         "pulling registry.local/runtime:1 for 1 min (pod demo-worker-2)")
-    assert waiting.summary(waiting.Waiting(), now, None) == ""
-    assert waiting.overdue(judged, now, 200) is None
-    late = waiting.overdue(judged, now, 150)
+    assert wait_signs.summary(wait_signs.Waiting(), now, None) == ""
+    assert wait_signs.overdue(judged, now, 200) is None
+    late = wait_signs.overdue(judged, now, 150)
     assert late is not None and late.pod == WORKER
-    failure = waiting.loading_failure(late, now, 150, "INFO loading weights 45%")
+    failure = wait_signs.loading_failure(late, now, 150, "INFO loading weights 45%")
     assert failure.category == "timeout" and not failure.failed_attempt
     assert str(failure) == (f"pod {WORKER} container main has been running without restarts and not ready for 190s "
                             "(timeouts.readiness_loading_s 150s): the model did not finish loading; its last log "
@@ -172,9 +175,9 @@ def test_the_live_line_and_the_loading_verdict_name_the_container_and_its_last_l
 
 
 def test_a_log_line_is_clipped_to_a_progress_bars_newest_state() -> None:
-    assert waiting.clip("Loading shards:  10%\rLoading shards:  55%\r") == "Loading shards:  55%"
-    assert waiting.clip("\x1b[32mINFO\x1b[0m ready") == "INFO ready"
-    assert waiting.clip("x" * 500) == "x" * 157 + "..."
+    assert wait_signs.clip("Loading shards:  10%\rLoading shards:  55%\r") == "Loading shards:  55%"
+    assert wait_signs.clip("\x1b[32mINFO\x1b[0m ready") == "INFO ready"
+    assert wait_signs.clip("x" * 500) == "x" * 157 + "..."
 
 
 # ------------------------------------------------------------------ the wait

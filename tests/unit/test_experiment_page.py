@@ -1,4 +1,4 @@
-"""The experiment page (deploy_suite.reports.experiment) and the DGD diff it shows (deploy_suite.reports.dgd_diff),
+"""The experiment page (deploy_suite.reports.experiment_page) and the DGD diff it shows (deploy_suite.reports.dgd_diff),
 from experiment trees on disk only; the iteration page saying each thing once (deploy_suite.reports.iteration)."""
 
 from __future__ import annotations
@@ -15,15 +15,14 @@ from deploy_suite.fixtures.experiments.synthetic import write_synthetic_experime
 from deploy_suite.model.dgd import load_dgd, parse_dgd
 from deploy_suite.procedure.registry import STEP_NAMES
 from deploy_suite.record import ledger
-from deploy_suite.reports import dgd_diff
-from deploy_suite.reports import experiment as report_experiment
+from deploy_suite.reports import dgd_diff, experiment_page
 from deploy_suite.reports import iteration as report
 
 POISON = "<script>alert('x')</script>"
 
 
 def _page(exp_root: Path) -> str:
-    return report_experiment.write(exp_root).read_text(encoding="utf-8")
+    return experiment_page.write(exp_root).read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------------- the diff
@@ -144,7 +143,7 @@ def test_an_old_ledger_without_the_newer_fields_still_gets_its_row(tmp_path: Pat
 
 def test_a_hundred_iterations_stay_small(tmp_path: Path) -> None:
     exp = write_synthetic_experiment(tmp_path, 100)
-    size = report_experiment.write(exp.exp_root).stat().st_size
+    size = experiment_page.write(exp.exp_root).stat().st_size
     assert size < 5_000_000
     assert _page(exp.exp_root).count('class="dsr-iter"') == 100
 
