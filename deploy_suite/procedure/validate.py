@@ -190,15 +190,6 @@ class Validator:
             self.report.limitations.append("node list forbidden for this identity: GPU capacity cannot be checked")
             self.ev["nodes"] = "forbidden"
 
-    def _class_names(self) -> set[str] | None:
-        return None if self.storage_classes is None else {sc["metadata"]["name"] for sc in self.storage_classes}
-
-    def _default_class(self) -> str | None:
-        for sc in self.storage_classes or []:
-            if (sc["metadata"].get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class") == "true":
-                return str(sc["metadata"]["name"])
-        return None
-
     def compatibility_patches(self, dgd: Dgd, docs: dict[str, list[Obj]]) -> None:
         """Cluster-only fixes the cluster's own objects justify, in the run-scoped copies, recorded
         (``deploy_suite.procedure.compat_patches``)."""
