@@ -164,6 +164,18 @@ def _budget(ledger: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"parts": parts, "at": f"at {state.get('at')}"}
 
 
+def _next_step(attempt: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a failed attempt's troubleshooting shape says to do next (docs/triage.md, "The
+    troubleshooting shape"): its strongest signal, the command to run, the patch; None for an
+    attempt recorded before the shape existed."""
+    shape = attempt.get("troubleshooting")
+    if not isinstance(shape, Mapping):
+        return None
+    found = shape.get("next_step")
+    step: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    return {"signal": shape.get("strongest_signal"), "command": step.get("command"), "patch": step.get("patch")}
+
+
 def _summary(ledger: Mapping[str, Any], ledger_path: str | None, links: Links) -> dict[str, Any]:
     """The block at the top of a report: status, DGD, cluster, endpoint, blockers, next action, steps."""
     status = str(ledger.get("status"))
@@ -191,7 +203,7 @@ def _summary(ledger: Mapping[str, Any], ledger_path: str | None, links: Links) -
         "ledger_path": ledger_path, "teardown": _teardown(ledger),
         # Shown when a step stopped the run without a blocker saying so.
         "stopped": stopped if stopped and not any(b.get("step") == stopper for b in blockers) else None,
-        "blockers": blockers, "attempts": attempts,
+        "blockers": blockers, "attempts": [{**a, "next": _next_step(a)} for a in attempts],
         # A ledger of the older rule: runs that ended failed without an attempt, counted as they were.
         "older": max(experiment.failed_deploys_in(ledger) - len(attempts), 0),
         "steps": [_step_line(s, stopper) for s in ledger.get("steps") or [] if isinstance(s, Mapping)],

@@ -161,6 +161,22 @@ def test_summary_shows_blockers_with_fix_and_failed_attempts(blocked: dict[str, 
     assert ">not_run<" in top and ">blocked<" in top
 
 
+def test_a_failed_attempts_troubleshooting_shape_shows_its_signal_next_command_and_patch(
+        blocked: dict[str, Any]) -> None:
+    led = copy.deepcopy(blocked)
+    led["failed_attempts"][0]["troubleshooting"] = {
+        "problem_class": "failed-deploy", "evidence_checked": ["pod events"],
+        "strongest_signal": "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector",
+        "likely_cause": "no node has the pool label", "ruled_out": [], "safe_to_continue": True,
+        "next_step": {"command": "kubectl -n ns describe pod w-0", "patch": "retarget the nodeSelector <pool>"}}
+    top = report.summary_html(led)
+    assert "<i>strongest signal:</i> 0/4 nodes are available: 4 node(s) didn&#x27;t match" in top
+    assert "<i>next:</i> <code>kubectl -n ns describe pod w-0</code>" in top
+    assert "<i>patch:</i> retarget the nodeSelector &lt;pool&gt;" in top  # escaped like every value
+    # An attempt recorded before the shape existed shows its diagnosis alone.
+    assert "strongest signal" not in report.summary_html(blocked)
+
+
 def test_summary_shows_the_budget_state_and_a_spent_budget_stops_the_loop(ready: dict[str, Any]) -> None:
     top = report.summary_html(ready)
     assert "failed deploys 0 of 3 \u00b7 GPU-hours 0.50 of 8.00 \u00b7 wall-clock hours 0.08 of unlimited" in top
