@@ -94,7 +94,8 @@ class Lifecycle:
     def save(self, *, check_schema: bool = False) -> bool:
         return self.recorder.save(check_schema=check_schema)
 
-    def _stamp(self, data: dict[str, Any]) -> None:
+    def _stamp(self) -> None:
+        data = self.ledger.data
         data["status"] = self.status()
         data["current_step"] = self.current_step()
 
@@ -136,7 +137,7 @@ class Lifecycle:
         refused for its own reasons carries step 1's partial result (``inputs.Refused``): recorded first."""
         partial = getattr(error, "result", None)
         if partial is not None and self.ledger.path is not None and self.current == step:
-            self.recorder.evidence.update(partial.record(self.ledger))
+            self.recorder.add_evidence(**partial.record(self.ledger))
         self.ledger.add_blocker(step, BlockerClass.INPUT, f"{error.input_name}: {error.problem}", error.fix)
         # A locked directory belongs to the live run holding it: its ledger is that run's alone.
         if self.ledger.path is None and not isinstance(error, DeploymentLocked):

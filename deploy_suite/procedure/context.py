@@ -48,22 +48,24 @@ class Recorder:
     sink: Callable[[str], None] | None = None
     last_progress: str = ""
     # What the lifecycle writes into the document before every save (the run's status, its current step).
-    stamp: Callable[[dict[str, Any]], None] | None = None
+    stamp: Callable[[], None] | None = None
+
+    def _running(self) -> str:
+        if self.step is None:
+            raise RuntimeError("no step is running")
+        return self.step
 
     @property
     def evidence(self) -> dict[str, Any]:
-        """The running step's evidence object in the ledger (edit it in place)."""
-        if self.step is None:
-            raise RuntimeError("no step is running")
-        evidence: dict[str, Any] = self.ledger.step(self.step)["evidence"]
-        return evidence
+        """A copy of the running step's evidence card as recorded so far (for display and tests)."""
+        return self.ledger.evidence_of(self._running())
 
     def add_evidence(self, **items: Any) -> None:
-        self.evidence.update(items)
+        self.ledger.add_evidence(self._running(), items)
 
     def write(self, result: StepResult) -> None:
         """A result's ledger sections and evidence card, saved at once."""
-        self.evidence.update(result.record(self.ledger))
+        self.ledger.add_evidence(self._running(), result.record(self.ledger))
         self.save()
 
     def section(self, name: str, value: Any) -> None:
@@ -88,7 +90,7 @@ class Recorder:
         """Write the ledger now (a no-op until the deployment directory exists); ``check_schema``
         validates it first (see ``deploy_suite.record.ledger``)."""
         if self.stamp is not None:
-            self.stamp(self.ledger.data)
+            self.stamp()
         return self.ledger.save(check_schema=check_schema)
 
 

@@ -408,7 +408,15 @@ class Ledger:
             raise LedgerError(f"{name!r} is not a settable section; use one of {SECTIONS}")
         self.data[name] = value
 
+    def add_evidence(self, step: str, items: Mapping[str, Any]) -> None:
+        """Items added to a step's evidence card (a step's record of what it saw, never read back by a step)."""
+        self.step(step)["evidence"].update(items)
+
     # -- queries --
+    def evidence_of(self, step: str) -> dict[str, Any]:
+        """A copy of a step's evidence card as recorded so far."""
+        return dict(self.step(step)["evidence"])
+
     def step(self, name: str) -> dict[str, Any]:
         for entry in self.data["steps"]:
             if entry["name"] == name:
