@@ -9,14 +9,16 @@ moment a line appears (:meth:`SuiteRun.on`); :meth:`SuiteRun.wait` reaps exactly
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,22 @@ class Trigger:
     pattern: re.Pattern[str]
     action: Callable[[], None]
     fired_at: float | None = None  # time.monotonic()
+
+
+@contextlib.contextmanager
+def _sigint_inherited() -> Iterator[None]:
+    """SIGINT handled while a suite is started. A test run started as a background job of a
+    non-interactive shell (`cmd &` in a script or a CI step) inherits SIGINT ignored, and an ignored
+    signal stays ignored across exec: the suite would never see the Ctrl-C a test sends it. A handled
+    signal is reset to its default in the child, where Python installs its KeyboardInterrupt."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @dataclass(eq=False)
@@ -115,8 +133,9 @@ class SuiteRun:
 
     def start(self) -> SuiteRun:
         self.started_at, self._started = time.time(), time.monotonic()
-        self._proc = subprocess.Popen(self.argv(), cwd=self.cwd, env=self.environment(), stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        with _sigint_inherited():
+            self._proc = subprocess.Popen(self.argv(), cwd=self.cwd, env=self.environment(),
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self._reader = threading.Thread(target=self._read, daemon=True, name="suite-output")
         self._reader.start()
         return self
